@@ -1,3 +1,1 @@
-mod store;
-
 fn main() {}
