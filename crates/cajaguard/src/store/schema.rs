@@ -1,0 +1,302 @@
+//! Opening a home safely and the database's schema.
+
+use std::fs::{self, DirBuilder, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
+
+use super::StoreError;
+use super::approvals::APPROVALS_DIR;
+
+/// The database file inside the home.
+pub const DB_FILE: &str = "cajaguard.db";
+
+/// How long a call waits for another process's write transaction before it gives up and the call is
+/// refused. Gate transactions last milliseconds, so 5 s means something is wrong, and a refusal is
+/// the safe answer.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+const SCHEMA_VERSION: i64 = 1;
+
+// `spend_buckets` exists so the window sum costs the same with 10^3 or 10^6 ledger rows: it is kept
+// per currency and hour, in the same transactions that change the ledger, and the gate reads only
+// the hours inside the window. `settled + in_flight` of a bucket is the spend it counts.
+//
+// A ledger row counts its spend in the bucket of the hour it was reserved (`hour`), whatever happens
+// later: settling or releasing adjusts that same bucket, so the two never drift apart.
+const SCHEMA: &str = "
+CREATE TABLE ledger (
+    checkout_id     TEXT PRIMARY KEY,
+    idempotency_key TEXT NOT NULL,
+    merchant        TEXT NOT NULL,
+    currency        TEXT NOT NULL,
+    reserved        INTEGER NOT NULL,
+    charged         INTEGER,
+    state           TEXT NOT NULL CHECK (state IN ('in_flight', 'settled', 'released')),
+    hour            INTEGER NOT NULL,
+    reserved_at     INTEGER NOT NULL,
+    settled_at      INTEGER
+);
+CREATE INDEX ledger_in_flight ON ledger (reserved_at) WHERE state = 'in_flight';
+
+CREATE TABLE spend_buckets (
+    currency  TEXT NOT NULL,
+    hour      INTEGER NOT NULL,
+    settled   INTEGER NOT NULL DEFAULT 0,
+    in_flight INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (currency, hour)
+) WITHOUT ROWID;
+
+CREATE TABLE used_approvals (
+    nonce       TEXT PRIMARY KEY,
+    request_id  TEXT NOT NULL,
+    checkout_id TEXT NOT NULL,
+    used_at     INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX used_approvals_request ON used_approvals (request_id);
+
+CREATE TABLE pending (
+    request_id  TEXT PRIMARY KEY,
+    digest      TEXT NOT NULL,
+    merchant    TEXT NOT NULL,
+    checkout_id TEXT NOT NULL,
+    currency    TEXT NOT NULL,
+    total       INTEGER NOT NULL,
+    handler_ids TEXT NOT NULL,
+    state       TEXT NOT NULL CHECK (state IN ('pending', 'used')),
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL
+);
+
+CREATE TABLE audit (
+    id              INTEGER PRIMARY KEY,
+    at              TEXT NOT NULL,
+    at_us           INTEGER NOT NULL,
+    tool            TEXT NOT NULL,
+    verdict         TEXT NOT NULL,
+    reason          TEXT NOT NULL,
+    merchant        TEXT,
+    currency        TEXT,
+    total           INTEGER,
+    request_id      TEXT,
+    idempotency_key TEXT,
+    checkout_id     TEXT,
+    latency_us      INTEGER NOT NULL,
+    note            TEXT
+);
+";
+
+pub(super) fn open(home: &Path) -> Result<Connection, StoreError> {
+    prepare_home(home)?;
+    let db = home.join(DB_FILE);
+    for path in [
+        db.clone(),
+        home.join(format!("{DB_FILE}-wal")),
+        home.join(format!("{DB_FILE}-shm")),
+    ] {
+        refuse_symlink(&path)?;
+    }
+    create_private_file(&db)?;
+
+    // NOFOLLOW: the database must be the file in the home, not wherever a link points.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_NOFOLLOW;
+    let result = (|| {
+        let mut conn = Connection::open_with_flags(&db, flags)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        let mode: String =
+            conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Unsafe {
+                path: db.clone(),
+                why: format!(
+                    "SQLite refused WAL mode (got {mode}); use a home on a local file system"
+                ),
+            });
+        }
+        // Durability: FULL, not NORMAL. In WAL mode NORMAL already survives a crash of the process
+        // (kill -9): a commit is in the WAL in the OS's page cache before `COMMIT` returns. It does not
+        // survive power loss or a kernel crash, which can roll back the last commits, and the last
+        // commit is exactly the reservation or used approval that precedes a payment: losing it
+        // would let a cap be passed or an approval be used twice after the reboot. FULL syncs the WAL
+        // on every commit; one fsync per decision is small next to the shop's round trip (see
+        // `benches/store.rs`, which measures both).
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        // Off: a database file a human copied in cannot run code through triggers or views.
+        conn.pragma_update(None, "trusted_schema", "OFF")?;
+        migrate(&mut conn, &db)?;
+        Ok(conn)
+    })();
+    let conn = result.map_err(|e| classify(e, home))?;
+    for path in [
+        home.join(format!("{DB_FILE}-wal")),
+        home.join(format!("{DB_FILE}-shm")),
+    ] {
+        make_private(&path)?;
+    }
+    Ok(conn)
+}
+
+fn migrate(conn: &mut Connection, db: &Path) -> Result<(), StoreError> {
+    // IMMEDIATE: two processes opening a fresh home at once must not both create the tables.
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    match version {
+        0 => {
+            tx.execute_batch(SCHEMA)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        }
+        SCHEMA_VERSION => {}
+        found => {
+            return Err(StoreError::Incompatible {
+                path: db.to_path_buf(),
+                found,
+                known: SCHEMA_VERSION,
+            });
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// Creates the home (0700) and `approvals/` if missing, and refuses a home others can write into.
+fn prepare_home(home: &Path) -> Result<(), StoreError> {
+    let open_err = |source| StoreError::Open {
+        path: home.to_path_buf(),
+        source,
+    };
+    match fs::metadata(home) {
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(home)
+                .map_err(open_err)?;
+        }
+        Err(e) => return Err(open_err(e)),
+    }
+    check_dir(home, home)?;
+
+    let approvals = home.join(APPROVALS_DIR);
+    refuse_symlink(&approvals)?;
+    match DirBuilder::new().mode(0o700).create(&approvals) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+        Err(source) => {
+            return Err(StoreError::Write {
+                path: approvals,
+                source,
+            });
+        }
+    }
+    check_dir(&approvals, home)
+}
+
+fn check_dir(dir: &Path, home: &Path) -> Result<(), StoreError> {
+    let meta = fs::metadata(dir).map_err(|source| StoreError::Open {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    if !meta.is_dir() {
+        return Err(StoreError::Unsafe {
+            path: home.to_path_buf(),
+            why: format!("{} is not a directory", dir.display()),
+        });
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o002 != 0 {
+        // Anyone could replace the database or plant files: nothing read from it could be trusted.
+        return Err(StoreError::Unsafe {
+            path: home.to_path_buf(),
+            why: format!(
+                "{} is writable by every user (mode {:o}); run `chmod 700 {}`",
+                dir.display(),
+                mode & 0o7777,
+                dir.display()
+            ),
+        });
+    }
+    if mode & 0o020 != 0 {
+        tracing::warn!(dir = %dir.display(), "the CajaGuard home is group-writable; consider `chmod 700`");
+    }
+    Ok(())
+}
+
+fn refuse_symlink(path: &Path) -> Result<(), StoreError> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(StoreError::Unsafe {
+            path: path.to_path_buf(),
+            why: "it is a symbolic link; CajaGuard never follows links out of its home: replace it with the real file or directory".to_owned(),
+        }),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(StoreError::Open { path: path.to_path_buf(), source }),
+    }
+}
+
+/// Creates `path` 0600 if missing (SQLite gives its WAL and shm files the database's mode), and
+/// narrows an existing one to 0600.
+fn create_private_file(path: &Path) -> Result<(), StoreError> {
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => make_private(path),
+        Err(source) => Err(StoreError::Write {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+fn make_private(path: &Path) -> Result<(), StoreError> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(StoreError::Open {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    if meta.file_type().is_symlink() {
+        return refuse_symlink(path);
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        tracing::warn!(file = %path.display(), "store file was readable by others; narrowing it to 0600");
+        fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(|source| {
+            StoreError::Write {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// Turns SQLite's "busy"/"locked" into [`StoreError::Busy`], which tells the caller what to do.
+pub(super) fn classify(err: StoreError, home: &Path) -> StoreError {
+    match err {
+        StoreError::Database(e)
+            if matches!(
+                e.sqlite_error_code(),
+                Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+            ) =>
+        {
+            StoreError::Busy {
+                path: home.join(DB_FILE),
+            }
+        }
+        other => other,
+    }
+}
