@@ -1,12 +1,66 @@
 //! Human approvals (SPEC §6): the basket digest and request id, Ed25519 keys as PEM, the signed
 //! approval document, and [`VerifiedApproval`], which only [`verify`] can build.
+//!
+//! **Signature encoding.** The signed message is the ASCII bytes `cajaguard-approval-v1`, one NUL
+//! byte, then the RFC 8785 (JCS) canonical JSON of every document field except `signature`. The
+//! prefix keeps a CajaGuard signature from ever being valid for another protocol that uses the same
+//! key; JCS makes the bytes independent of key order and whitespace in the file, so a human may
+//! pretty-print or reorder an approval without breaking it, while any change of value breaks it.
+//! Every field is signed, `note` included: nothing in the file is unauthenticated.
 
 use std::time::Duration;
 
+use base64::Engine as _;
+use ed25519_dalek::pkcs8::spki::DecodePublicKey as _;
+use ed25519_dalek::pkcs8::{DecodePrivateKey as _, KeypairBytes};
+use sha2::{Digest as _, Sha256};
 use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use zeroize::Zeroize as _;
 
 use crate::Error;
 use crate::quote::Quote;
+
+/// Domain separation for approval signatures (see the module docs).
+pub const SIGNING_CONTEXT: &[u8] = b"cajaguard-approval-v1\0";
+/// The only approval document version this code reads and writes.
+pub const APPROVAL_VERSION: u32 = 1;
+/// How far in the future `issued_at` may be, for a signer whose clock runs ahead.
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(5 * 60);
+
+/// DER prefix of a PKCS#8 v1 Ed25519 private key (RFC 8410): SEQUENCE { version 0,
+/// AlgorithmIdentifier { 1.3.101.112 }, OCTET STRING { OCTET STRING (32 bytes) } }.
+const PKCS8_V1_PREFIX: [u8; 16] = [
+    0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
+];
+/// DER prefix of an Ed25519 SubjectPublicKeyInfo (RFC 8410).
+const SPKI_PREFIX: [u8; 12] = [
+    0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+];
+
+fn pem_wrap(label: &str, der: &[u8]) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = String::with_capacity(b64.len() + 80);
+    out.push_str("-----BEGIN ");
+    out.push_str(label);
+    out.push_str("-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(chunk).unwrap_or(""));
+        out.push('\n');
+    }
+    out.push_str("-----END ");
+    out.push_str(label);
+    out.push_str("-----\n");
+    let mut b64 = b64;
+    b64.zeroize();
+    out
+}
+
+/// RFC 8785 bytes of a value built from strings and integers, which cannot fail to encode; the
+/// fallback only exists so that no panic path is reachable.
+fn canonical<S: serde::Serialize>(value: &S) -> Vec<u8> {
+    serde_json_canonicalizer::to_vec(value).unwrap_or_default()
+}
 
 /// SHA-256 over the RFC 8785 encoding of merchant, checkout id, currency, total, line items (id,
 /// quantity, unit price) and the complete request's handler ids.
@@ -15,13 +69,54 @@ pub struct BasketDigest(pub [u8; 32]);
 
 impl BasketDigest {
     pub fn of(quote: &Quote, handler_ids: &[String]) -> BasketDigest {
-        todo!("{quote:?} {handler_ids:?}")
+        #[derive(serde::Serialize)]
+        struct Line<'a> {
+            id: &'a str,
+            quantity: i64,
+            unit_price: i64,
+        }
+        #[derive(serde::Serialize)]
+        struct Basket<'a> {
+            merchant: Option<&'a str>,
+            checkout_id: &'a str,
+            currency: &'a str,
+            total: i64,
+            line_items: Vec<Line<'a>>,
+            handler_ids: &'a [String],
+        }
+        let basket = Basket {
+            merchant: quote.merchant.as_deref(),
+            checkout_id: &quote.checkout_id,
+            currency: &quote.currency,
+            total: quote.total,
+            line_items: quote
+                .line_items
+                .iter()
+                .map(|l| Line {
+                    id: &l.id,
+                    quantity: l.quantity,
+                    unit_price: l.unit_price,
+                })
+                .collect(),
+            handler_ids,
+        };
+        BasketDigest(Sha256::digest(canonical(&basket)).into())
     }
     pub fn to_hex(&self) -> String {
         hex::encode(self.0)
     }
     pub fn request_id(&self) -> RequestId {
-        todo!()
+        RequestId(format!("cg-{}", hex::encode(&self.0[..8])))
+    }
+
+    /// Parses the 64 lower-case hex digits of [`BasketDigest::to_hex`].
+    pub fn from_hex(text: &str) -> Option<BasketDigest> {
+        if text.len() != 64 || !text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return None;
+        }
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(text, &mut out).ok()?;
+        Some(BasketDigest(out))
     }
 }
 
@@ -32,7 +127,19 @@ pub struct RequestId(String);
 impl RequestId {
     /// Accepts exactly `cg-` + 16 lower-case hex digits (safe as a file name).
     pub fn parse(text: &str) -> Result<RequestId, Error> {
-        todo!("{text}")
+        let ok = text.len() == 19
+            && text.starts_with("cg-")
+            && text
+                .bytes()
+                .skip(3)
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if ok {
+            Ok(RequestId(text.to_owned()))
+        } else {
+            Err(Error::ApprovalFormat(
+                "not a request id: expected `cg-` and 16 lower-case hex digits, as printed by the gate".to_owned(),
+            ))
+        }
     }
     pub fn as_str(&self) -> &str {
         &self.0
@@ -61,11 +168,28 @@ impl SigningKey {
     }
     /// PKCS#8 PEM, as written by CajaGuard or `openssl genpkey -algorithm ed25519`.
     pub fn from_pkcs8_pem(pem: &str) -> Result<SigningKey, Error> {
-        todo!("{}", pem.len())
+        // Reads v1 (OpenSSL) and v2 (with the public key, which must then match).
+        let pair = KeypairBytes::from_pkcs8_pem(pem.trim()).map_err(|_| {
+            Error::Key(
+                "not an Ed25519 private key in PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`):                  create one with `cajaguard keygen`"
+                    .to_owned(),
+            )
+        })?;
+        let key = ed25519_dalek::SigningKey::try_from(&pair).map_err(|_| {
+            Error::Key("the PKCS#8 key's embedded public key does not match its private key: the file is damaged".to_owned())
+        })?;
+        Ok(SigningKey(key))
     }
     /// PKCS#8 v1 PEM (OpenSSL 3.0 reads v1, not dalek's default v2).
     pub fn to_pkcs8_pem(&self) -> zeroize::Zeroizing<String> {
-        todo!()
+        // Encoded by hand: the v1 structure is a fixed prefix and the seed, so there is no error
+        // path and no intermediate copy that escapes zeroization.
+        let mut der = zeroize::Zeroizing::new([0u8; 48]);
+        der[..16].copy_from_slice(&PKCS8_V1_PREFIX);
+        let mut seed = self.0.to_bytes();
+        der[16..].copy_from_slice(&seed);
+        seed.zeroize();
+        zeroize::Zeroizing::new(pem_wrap("PRIVATE KEY", der.as_ref()))
     }
     pub fn public_key(&self) -> PublicKey {
         PublicKey(self.0.verifying_key())
@@ -78,14 +202,34 @@ pub struct PublicKey(ed25519_dalek::VerifyingKey);
 impl PublicKey {
     /// SubjectPublicKeyInfo PEM (`-----BEGIN PUBLIC KEY-----`).
     pub fn from_pem(pem: &str) -> Result<PublicKey, Error> {
-        todo!("{}", pem.len())
+        let key = ed25519_dalek::VerifyingKey::from_public_key_pem(pem.trim()).map_err(|_| {
+            Error::Key(
+                "not an Ed25519 public key in SubjectPublicKeyInfo PEM (`-----BEGIN PUBLIC KEY-----`): \
+                 use the approver.pub.pem written by `cajaguard keygen`"
+                    .to_owned(),
+            )
+        })?;
+        if key.is_weak() {
+            return Err(Error::Key(
+                "the Ed25519 public key is a weak (small-order) key: it cannot be trusted"
+                    .to_owned(),
+            ));
+        }
+        Ok(PublicKey(key))
     }
     pub fn to_pem(&self) -> String {
-        todo!()
+        let mut der = [0u8; 44];
+        der[..12].copy_from_slice(&SPKI_PREFIX);
+        der[12..].copy_from_slice(self.0.as_bytes());
+        pem_wrap("PUBLIC KEY", &der)
     }
     /// First 16 hex digits of SHA-256 of the raw 32-byte key.
     pub fn key_id(&self) -> String {
-        todo!()
+        hex::encode(&Sha256::digest(self.0.as_bytes())[..8])
+    }
+    /// The raw 32 bytes, for comparisons and storage.
+    pub fn to_bytes(&self) -> [u8; 32] {
+        self.0.to_bytes()
     }
 }
 
@@ -121,10 +265,57 @@ pub struct ApprovalDocument {
 
 impl ApprovalDocument {
     pub fn from_json(text: &str) -> Result<ApprovalDocument, Error> {
-        todo!("{}", text.len())
+        serde_json::from_str(text).map_err(|e| {
+            Error::ApprovalFormat(format!(
+                "not a CajaGuard approval file (line {}, column {}: {}): write approvals with `cajaguard approve`",
+                e.line(),
+                e.column(),
+                classify_serde(&e)
+            ))
+        })
     }
     pub fn to_json_pretty(&self) -> String {
-        todo!()
+        let mut text = serde_json::to_string_pretty(self).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+
+    /// The exact bytes the signature covers.
+    pub fn signed_message(&self) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        struct Signed<'a> {
+            version: u32,
+            request_id: &'a str,
+            digest: &'a str,
+            decision: &'a str,
+            merchant: &'a str,
+            checkout_id: &'a str,
+            currency: &'a str,
+            total: i64,
+            issued_at: &'a str,
+            expires_at: &'a str,
+            nonce: &'a str,
+            note: &'a str,
+            key_id: &'a str,
+        }
+        let signed = Signed {
+            version: self.version,
+            request_id: &self.request_id,
+            digest: &self.digest,
+            decision: &self.decision,
+            merchant: &self.merchant,
+            checkout_id: &self.checkout_id,
+            currency: &self.currency,
+            total: self.total,
+            issued_at: &self.issued_at,
+            expires_at: &self.expires_at,
+            nonce: &self.nonce,
+            note: &self.note,
+            key_id: &self.key_id,
+        };
+        let mut msg = SIGNING_CONTEXT.to_vec();
+        msg.extend_from_slice(&canonical(&signed));
+        msg
     }
 }
 
@@ -145,8 +336,60 @@ pub struct ApprovalTerms {
     pub note: String,
 }
 
+/// Signs `terms`. Times are written in UTC to the second; a clock outside years 0-9999 yields
+/// timestamps that [`verify`] refuses as malformed rather than a panic.
 pub fn sign(key: &SigningKey, terms: &ApprovalTerms) -> ApprovalDocument {
-    todo!("{:?}", terms.request_id)
+    let issued = terms
+        .issued_at
+        .to_offset(time::UtcOffset::UTC)
+        .replace_nanosecond(0)
+        .unwrap_or(terms.issued_at);
+    let ttl = time::Duration::try_from(terms.ttl).unwrap_or(time::Duration::ZERO);
+    let expires = issued.checked_add(ttl).unwrap_or(issued);
+    let mut doc = ApprovalDocument {
+        version: APPROVAL_VERSION,
+        request_id: terms.request_id.as_str().to_owned(),
+        digest: terms.digest.to_hex(),
+        decision: match terms.decision {
+            Decision::Approve => "approve",
+            Decision::Deny => "deny",
+        }
+        .to_owned(),
+        merchant: terms.merchant.clone(),
+        checkout_id: terms.checkout_id.clone(),
+        currency: terms.currency.clone(),
+        total: terms.total,
+        issued_at: issued.format(&Rfc3339).unwrap_or_default(),
+        expires_at: expires.format(&Rfc3339).unwrap_or_default(),
+        nonce: hex::encode(terms.nonce),
+        note: terms.note.clone(),
+        key_id: key.public_key().key_id(),
+        signature: String::new(),
+    };
+    let sig = ed25519_dalek::Signer::sign(&key.0, &doc.signed_message());
+    doc.signature = base64::engine::general_purpose::STANDARD.encode(sig.to_bytes());
+    doc
+}
+
+/// A serde error's category without the offending input (an approval file is not secret, but a
+/// message should not echo arbitrary text either).
+fn classify_serde(e: &serde_json::Error) -> &'static str {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Io => "unreadable",
+        Category::Syntax => "invalid JSON",
+        Category::Data => "a field is missing, unknown or of the wrong type",
+        Category::Eof => "the file ends early",
+    }
+}
+
+fn parse_utc(text: &str) -> Option<OffsetDateTime> {
+    let t = OffsetDateTime::parse(text, &Rfc3339).ok()?;
+    (t.offset() == time::UtcOffset::UTC).then_some(t)
+}
+
+fn lower_hex(text: &str) -> bool {
+    text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Why an approval was not accepted. Each maps to a `blocked` reason of SPEC §4.
@@ -193,5 +436,73 @@ pub fn verify(
     now: OffsetDateTime,
     max_ttl: Duration,
 ) -> Result<VerifiedApproval, Rejection> {
-    todo!("{doc:?} {trusted:?} {expected:?} {now} {max_ttl:?}")
+    // 1. Well-formed.
+    if doc.version != APPROVAL_VERSION {
+        return Err(Rejection::Malformed);
+    }
+    let decision = match doc.decision.as_str() {
+        "approve" => Decision::Approve,
+        "deny" => Decision::Deny,
+        _ => return Err(Rejection::Malformed),
+    };
+    let (Some(issued_at), Some(expires_at)) =
+        (parse_utc(&doc.issued_at), parse_utc(&doc.expires_at))
+    else {
+        return Err(Rejection::Malformed);
+    };
+    if doc.nonce.len() < 32
+        || doc.nonce.len() > 128
+        || doc.nonce.len() % 2 != 0
+        || !lower_hex(&doc.nonce)
+    {
+        return Err(Rejection::Malformed);
+    }
+    if doc.key_id.len() != 16 || !lower_hex(&doc.key_id) {
+        return Err(Rejection::Malformed);
+    }
+    let mut sig_bytes = [0u8; 64];
+    match base64::engine::general_purpose::STANDARD.decode(doc.signature.as_bytes()) {
+        Ok(b) if b.len() == 64 => sig_bytes.copy_from_slice(&b),
+        _ => return Err(Rejection::Malformed),
+    }
+    let signature = ed25519_dalek::Signature::from_bytes(&sig_bytes);
+
+    // 2-3. A trusted key with this id, and a signature that verifies under it.
+    let mut candidates = trusted
+        .0
+        .iter()
+        .filter(|k| k.key_id() == doc.key_id)
+        .peekable();
+    if candidates.peek().is_none() {
+        return Err(Rejection::UntrustedKey);
+    }
+    let message = doc.signed_message();
+    if !candidates.any(|k| k.0.verify_strict(&message, &signature).is_ok()) {
+        return Err(Rejection::BadSignature);
+    }
+
+    // 4. For this basket.
+    if doc.digest != expected.to_hex() || doc.request_id != expected.request_id().as_str() {
+        return Err(Rejection::OtherBasket);
+    }
+
+    // 5-7. Lifetime, expiry, and an issue time not (much) in the future.
+    let lifetime = expires_at - issued_at;
+    if lifetime <= time::Duration::ZERO {
+        return Err(Rejection::Malformed);
+    }
+    if lifetime > max_ttl {
+        return Err(Rejection::TtlTooLong);
+    }
+    if now >= expires_at {
+        return Err(Rejection::Expired);
+    }
+    if issued_at - now > MAX_CLOCK_SKEW {
+        return Err(Rejection::Malformed);
+    }
+    Ok(VerifiedApproval {
+        decision,
+        nonce: doc.nonce.clone(),
+        expires_at,
+    })
 }

@@ -8,7 +8,11 @@ use std::path::PathBuf;
 pub enum Error {
     /// The config file is wrong. `json_path` is like `$.caps.USD.per_transaction`.
     #[error("{}: {json_path}: {message}", file.display())]
-    Config { file: PathBuf, json_path: String, message: String },
+    Config {
+        file: PathBuf,
+        json_path: String,
+        message: String,
+    },
 
     /// A money string or currency code that cannot be used.
     #[error("{0}")]

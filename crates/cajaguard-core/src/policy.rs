@@ -1,11 +1,17 @@
 //! The config file (SPEC §2), parsed once into a validated [`Policy`]. Nothing downstream re-validates.
+//!
+//! The file is walked by hand over a `serde_json::Value` rather than derived with serde so that every
+//! error can name the exact JSON path (`$.caps.USD.window`) and say what to do, and so that an unknown
+//! field at any level is refused: a typo must never silently drop a rule.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde_json::{Map, Value};
+
 use crate::Error;
-use crate::money::Currency;
+use crate::money::{self, Currency};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -34,7 +40,7 @@ pub enum Command {
 pub struct StdioDownstream {
     pub command: Command,
     pub args: Vec<String>,
-    /// Resolved against the config file's directory; `None` means the config file's directory.
+    /// Resolved against the config file's directory; absent in the file means the config file's directory.
     pub cwd: PathBuf,
     pub env: BTreeMap<String, String>,
 }
@@ -66,6 +72,27 @@ pub struct TestModePolicy {
     pub token_pattern: regex::Regex,
 }
 
+impl TestModePolicy {
+    /// The SPEC §2 example's test handler and token pattern, used when `test_mode` is absent.
+    pub fn spec_default() -> TestModePolicy {
+        TestModePolicy {
+            handler_ids: DEFAULT_TEST_HANDLERS
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+            token_pattern: compile_token_pattern(DEFAULT_TOKEN_PATTERN)
+                .unwrap_or_else(|_| never_matches()),
+        }
+    }
+}
+
+/// Only reached if the `regex` crate refused a trivially valid pattern; a pattern that never
+/// matches keeps the tripwire closed.
+fn never_matches() -> regex::Regex {
+    #[allow(clippy::expect_used)]
+    regex::Regex::new("[^\\s\\S]").expect("a constant, valid regex")
+}
+
 #[derive(Debug, Clone)]
 pub struct Policy {
     /// The config file this came from (absolute), for messages such as `cajaguard approve ID --config FILE`.
@@ -91,14 +118,468 @@ pub struct ConfigOrigin<'a> {
     pub user_home: Option<&'a Path>,
 }
 
+pub const DEFAULT_WINDOW_HOURS: u64 = 24;
+pub const DEFAULT_TIMEOUT_SECONDS: u64 = 30;
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+pub const DEFAULT_MAX_TTL_MINUTES: u64 = 15;
+pub const DEFAULT_TEST_HANDLERS: &[&str] = &["fixture_test_handler"];
+pub const DEFAULT_TOKEN_PATTERN: &str = "^cg_test_[A-Za-z0-9_]{8,}$";
+
+/// Bounds a config-supplied pattern so a hostile or careless pattern cannot exhaust memory.
+const TOKEN_PATTERN_SIZE_LIMIT: usize = 1 << 20;
+
+fn compile_token_pattern(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::RegexBuilder::new(pattern)
+        .size_limit(TOKEN_PATTERN_SIZE_LIMIT)
+        .dfa_size_limit(TOKEN_PATTERN_SIZE_LIMIT)
+        .build()
+}
+
 impl Policy {
     /// Parses and validates a config file's text. Every error is [`Error::Config`] naming the file,
     /// the JSON path and what is wrong. Unknown fields are errors.
     pub fn parse(text: &str, origin: &ConfigOrigin<'_>) -> Result<Policy, Error> {
-        todo!("{text} {origin:?}")
+        let cx = Cx { origin };
+        let root: Value = serde_json::from_str(text).map_err(|e| {
+            cx.err(
+                "$",
+                format!(
+                    "not valid JSON (line {}, column {}): fix the syntax; the file must be one JSON object",
+                    e.line(),
+                    e.column()
+                ),
+            )
+        })?;
+        let root = cx.object(&root, "$")?;
+        cx.only(
+            root,
+            "$",
+            &[
+                "mode",
+                "home",
+                "downstream",
+                "merchants",
+                "caps",
+                "window_hours",
+                "approvals",
+                "test_mode",
+            ],
+        )?;
+
+        let mode = match cx.string(cx.required(root, "$", "mode")?, "$.mode")? {
+            "test" => Mode::Test,
+            "live" => Mode::Live,
+            _ => return Err(cx.err("$.mode", "must be \"test\" or \"live\"")),
+        };
+        let home = cx.path(
+            cx.string(cx.required(root, "$", "home")?, "$.home")?,
+            "$.home",
+        )?;
+        let downstream = cx.downstream(cx.required(root, "$", "downstream")?)?;
+        let merchants = cx.merchants(cx.required(root, "$", "merchants")?)?;
+        let caps = cx.caps(cx.required(root, "$", "caps")?)?;
+        let window_hours = match root.get("window_hours") {
+            None => DEFAULT_WINDOW_HOURS,
+            Some(v) => cx.bounded_int(v, "$.window_hours", 1, 24 * 366 * 10)?,
+        };
+        let approvals = match root.get("approvals") {
+            None => ApprovalPolicy {
+                trusted_keys: Vec::new(),
+                max_ttl: Duration::from_secs(DEFAULT_MAX_TTL_MINUTES * 60),
+            },
+            Some(v) => cx.approvals(v)?,
+        };
+        let test_mode = match root.get("test_mode") {
+            None => TestModePolicy::spec_default(),
+            Some(v) => cx.test_mode(v)?,
+        };
+
+        Ok(Policy {
+            source: origin.path.to_path_buf(),
+            mode,
+            home,
+            downstream,
+            merchants,
+            caps,
+            window: Duration::from_secs(window_hours * 3600),
+            approvals,
+            test_mode,
+        })
     }
 
     pub fn caps_for(&self, currency_code: &str) -> Option<&Caps> {
         self.caps.get(currency_code)
+    }
+}
+
+/// `.key` for plain keys, `["..."]` (JSON-escaped) for anything else, so a path is unambiguous.
+fn push_key(path: &str, key: &str) -> String {
+    let plain = !key.is_empty()
+        && key.len() <= 64
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if plain {
+        format!("{path}.{key}")
+    } else {
+        let shown: String = key.chars().take(64).collect();
+        let quoted = serde_json::to_string(&shown).unwrap_or_else(|_| "\"?\"".to_owned());
+        format!("{path}[{quoted}]")
+    }
+}
+
+struct Cx<'o, 'a> {
+    origin: &'o ConfigOrigin<'a>,
+}
+
+impl Cx<'_, '_> {
+    fn err(&self, json_path: &str, message: impl Into<String>) -> Error {
+        Error::Config {
+            file: self.origin.path.to_path_buf(),
+            json_path: json_path.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.origin
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
+    }
+
+    fn object<'v>(&self, v: &'v Value, path: &str) -> Result<&'v Map<String, Value>, Error> {
+        v.as_object()
+            .ok_or_else(|| self.err(path, format!("must be a JSON object, not {}", kind(v))))
+    }
+
+    fn string<'v>(&self, v: &'v Value, path: &str) -> Result<&'v str, Error> {
+        v.as_str()
+            .ok_or_else(|| self.err(path, format!("must be a string, not {}", kind(v))))
+    }
+
+    fn array<'v>(&self, v: &'v Value, path: &str) -> Result<&'v Vec<Value>, Error> {
+        v.as_array()
+            .ok_or_else(|| self.err(path, format!("must be an array, not {}", kind(v))))
+    }
+
+    fn required<'v>(
+        &self,
+        obj: &'v Map<String, Value>,
+        path: &str,
+        key: &str,
+    ) -> Result<&'v Value, Error> {
+        obj.get(key).ok_or_else(|| {
+            self.err(
+                &push_key(path, key),
+                "is required: add it (see SPEC §2 for an example)",
+            )
+        })
+    }
+
+    fn only(&self, obj: &Map<String, Value>, path: &str, allowed: &[&str]) -> Result<(), Error> {
+        for key in obj.keys() {
+            if !allowed.contains(&key.as_str()) {
+                return Err(self.err(
+                    &push_key(path, key),
+                    format!(
+                        "unknown field: remove it or fix its spelling (allowed here: {})",
+                        allowed.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn bounded_int(&self, v: &Value, path: &str, min: u64, max: u64) -> Result<u64, Error> {
+        match v.as_u64() {
+            Some(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(self.err(path, format!("must be a whole number from {min} to {max}"))),
+        }
+    }
+
+    /// `~` and `~/x` expand to the user's home; other relative paths resolve against the config's directory.
+    fn path(&self, text: &str, json_path: &str) -> Result<PathBuf, Error> {
+        if text.is_empty() {
+            return Err(self.err(json_path, "must not be empty: give a path"));
+        }
+        if text.contains('\0') {
+            return Err(self.err(json_path, "must not contain a NUL character"));
+        }
+        if let Some(rest) = text.strip_prefix('~') {
+            let rest = if rest.is_empty() {
+                ""
+            } else if let Some(r) = rest.strip_prefix('/') {
+                r
+            } else {
+                return Err(self.err(
+                    json_path,
+                    "`~user` is not supported: write `~/...` or a full path",
+                ));
+            };
+            let Some(home) = self.origin.user_home else {
+                return Err(self.err(json_path, "starts with `~` but the home directory is unknown: set HOME or write a full path"));
+            };
+            return Ok(if rest.is_empty() {
+                home.to_path_buf()
+            } else {
+                home.join(rest)
+            });
+        }
+        let p = Path::new(text);
+        Ok(if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.dir().join(p)
+        })
+    }
+
+    fn downstream(&self, v: &Value) -> Result<Downstream, Error> {
+        let p = "$.downstream";
+        let obj = self.object(v, p)?;
+        self.only(
+            obj,
+            p,
+            &[
+                "command",
+                "args",
+                "cwd",
+                "env",
+                "timeout_seconds",
+                "max_message_bytes",
+            ],
+        )?;
+        let command_text =
+            self.string(self.required(obj, p, "command")?, "$.downstream.command")?;
+        let command = if command_text.trim().is_empty() {
+            return Err(self.err(
+                "$.downstream.command",
+                "must not be empty: name the shop's MCP server program",
+            ));
+        } else if command_text.contains('/') || command_text.starts_with('~') {
+            Command::Path(self.path(command_text, "$.downstream.command")?)
+        } else if command_text.contains('\0') {
+            return Err(self.err("$.downstream.command", "must not contain a NUL character"));
+        } else {
+            Command::Bare(command_text.to_owned())
+        };
+        let mut args = Vec::new();
+        if let Some(a) = obj.get("args") {
+            for (i, item) in self.array(a, "$.downstream.args")?.iter().enumerate() {
+                args.push(
+                    self.string(item, &format!("$.downstream.args[{i}]"))?
+                        .to_owned(),
+                );
+            }
+        }
+        let cwd = match obj.get("cwd") {
+            None => self.dir(),
+            Some(c) => self.path(self.string(c, "$.downstream.cwd")?, "$.downstream.cwd")?,
+        };
+        let mut env = BTreeMap::new();
+        if let Some(e) = obj.get("env") {
+            for (k, val) in self.object(e, "$.downstream.env")? {
+                let kp = push_key("$.downstream.env", k);
+                if k.is_empty() || k.contains('=') || k.contains('\0') {
+                    return Err(self.err(&kp, "is not a valid environment variable name"));
+                }
+                env.insert(k.clone(), self.string(val, &kp)?.to_owned());
+            }
+        }
+        let timeout = match obj.get("timeout_seconds") {
+            None => DEFAULT_TIMEOUT_SECONDS,
+            Some(t) => self.bounded_int(t, "$.downstream.timeout_seconds", 1, 86_400)?,
+        };
+        let max_message_bytes = match obj.get("max_message_bytes") {
+            None => DEFAULT_MAX_MESSAGE_BYTES,
+            Some(m) => {
+                let n = self.bounded_int(m, "$.downstream.max_message_bytes", 1024, 1 << 30)?;
+                usize::try_from(n).map_err(|_| {
+                    self.err(
+                        "$.downstream.max_message_bytes",
+                        "is too large for this machine",
+                    )
+                })?
+            }
+        };
+        Ok(Downstream {
+            transport: DownstreamTransport::Stdio(StdioDownstream {
+                command,
+                args,
+                cwd,
+                env,
+            }),
+            timeout: Duration::from_secs(timeout),
+            max_message_bytes,
+        })
+    }
+
+    fn merchants(&self, v: &Value) -> Result<BTreeSet<String>, Error> {
+        let mut out = BTreeSet::new();
+        for (i, item) in self.array(v, "$.merchants")?.iter().enumerate() {
+            let p = format!("$.merchants[{i}]");
+            let text = self.string(item, &p)?;
+            let host = text.to_ascii_lowercase();
+            let what = "write a bare host name such as \"demo-outfitters.example\" (no scheme, port or path)";
+            if host.is_empty() || host.contains("://") || host.contains('/') || host.contains(':') {
+                return Err(self.err(&p, format!("is not a host name: {what}")));
+            }
+            let parsed = url::Url::parse(&format!("https://{host}/"))
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_owned));
+            if parsed.as_deref() != Some(host.as_str()) {
+                return Err(self.err(&p, format!("is not a valid host name: {what}")));
+            }
+            out.insert(host);
+        }
+        Ok(out)
+    }
+
+    fn caps(&self, v: &Value) -> Result<BTreeMap<String, Caps>, Error> {
+        let obj = self.object(v, "$.caps")?;
+        let mut out = BTreeMap::new();
+        for (code, entry) in obj {
+            let cp = push_key("$.caps", code);
+            let currency = Currency::from_code(code).map_err(|e| self.err(&cp, format!("{e}")))?;
+            let fields = self.object(entry, &cp)?;
+            self.only(
+                fields,
+                &cp,
+                &["approval_above", "per_transaction", "window"],
+            )?;
+            let amount = |key: &str| -> Result<i64, Error> {
+                let fp = push_key(&cp, key);
+                let raw = self.required(fields, &cp, key)?;
+                let text = raw.as_str().ok_or_else(|| {
+                    self.err(
+                        &fp,
+                        format!(
+                            "must be a string in major units, like \"50.00\", not {}",
+                            kind(raw)
+                        ),
+                    )
+                })?;
+                money::parse_major(text, currency).map_err(|e| self.err(&fp, format!("{e}")))
+            };
+            let approval_above = amount("approval_above")?;
+            let per_transaction = amount("per_transaction")?;
+            let window = amount("window")?;
+            if approval_above > per_transaction {
+                return Err(self.err(
+                    &cp,
+                    "approval_above is over per_transaction: lower approval_above or raise per_transaction \
+                     (approval_above <= per_transaction <= window)",
+                ));
+            }
+            if per_transaction > window {
+                return Err(self.err(
+                    &cp,
+                    "per_transaction is over window: raise window or lower per_transaction \
+                     (approval_above <= per_transaction <= window)",
+                ));
+            }
+            out.insert(
+                code.clone(),
+                Caps {
+                    currency,
+                    approval_above,
+                    per_transaction,
+                    window,
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    fn approvals(&self, v: &Value) -> Result<ApprovalPolicy, Error> {
+        let p = "$.approvals";
+        let obj = self.object(v, p)?;
+        self.only(obj, p, &["trusted_keys", "max_ttl_minutes"])?;
+        let mut trusted_keys = Vec::new();
+        if let Some(k) = obj.get("trusted_keys") {
+            for (i, item) in self
+                .array(k, "$.approvals.trusted_keys")?
+                .iter()
+                .enumerate()
+            {
+                let ip = format!("$.approvals.trusted_keys[{i}]");
+                trusted_keys.push(self.path(self.string(item, &ip)?, &ip)?);
+            }
+        }
+        let minutes = match obj.get("max_ttl_minutes") {
+            None => DEFAULT_MAX_TTL_MINUTES,
+            Some(m) => self.bounded_int(m, "$.approvals.max_ttl_minutes", 1, 7 * 24 * 60)?,
+        };
+        Ok(ApprovalPolicy {
+            trusted_keys,
+            max_ttl: Duration::from_secs(minutes * 60),
+        })
+    }
+
+    fn test_mode(&self, v: &Value) -> Result<TestModePolicy, Error> {
+        let p = "$.test_mode";
+        let obj = self.object(v, p)?;
+        self.only(obj, p, &["handler_ids", "token_pattern"])?;
+        let handler_ids = match obj.get("handler_ids") {
+            None => DEFAULT_TEST_HANDLERS
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+            Some(h) => {
+                let mut set = BTreeSet::new();
+                for (i, item) in self.array(h, "$.test_mode.handler_ids")?.iter().enumerate() {
+                    let ip = format!("$.test_mode.handler_ids[{i}]");
+                    let id = self.string(item, &ip)?;
+                    if id.is_empty() {
+                        return Err(
+                            self.err(&ip, "must not be empty: name a test payment handler id")
+                        );
+                    }
+                    set.insert(id.to_owned());
+                }
+                set
+            }
+        };
+        let pattern = match obj.get("token_pattern") {
+            None => DEFAULT_TOKEN_PATTERN,
+            Some(t) => self.string(t, "$.test_mode.token_pattern")?,
+        };
+        let token_pattern = compile_token_pattern(pattern).map_err(|e| {
+            let reason = match e {
+                regex::Error::CompiledTooBig(_) => "is too large".to_owned(),
+                other => format!("does not compile ({})", last_line(&other.to_string())),
+            };
+            self.err(
+                "$.test_mode.token_pattern",
+                format!("{reason}: fix the regular expression (Rust `regex` syntax)"),
+            )
+        })?;
+        Ok(TestModePolicy {
+            handler_ids,
+            token_pattern,
+        })
+    }
+}
+
+fn last_line(s: &str) -> String {
+    s.lines()
+        .last()
+        .unwrap_or("")
+        .trim()
+        .chars()
+        .take(120)
+        .collect()
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }

@@ -1,7 +1,14 @@
 //! The shop's own answer to `get_checkout`, read strictly (SPEC §4.4-4.5). The gate never uses the
 //! agent's numbers: only what this module reads from the shop.
+//!
+//! Strictness is the point: an amount the gate cannot read as integer minor units (`49.99`,
+//! `"4999"`, `4999.0`) is a refusal, never a guess, because a shop that reports major units would
+//! otherwise slip under every cap by a factor of 100.
 
-use crate::gate::Ruling;
+use serde_json::{Map, Value};
+
+use crate::gate::{Reason, Ruling};
+use crate::money::MAX_MINOR;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuoteLine {
@@ -29,11 +36,308 @@ pub struct Quote {
     pub merchant: Option<String>,
 }
 
+fn unreadable(detail: impl Into<String>) -> Ruling {
+    Ruling::new(Reason::CheckoutUnreadable, detail)
+}
+
+fn not_minor(path: &str, problem: &str) -> Ruling {
+    Ruling::new(
+        Reason::AmountNotMinorUnits,
+        format!(
+            "the shop's {path} {problem}: UCP amounts are JSON integers in minor units (cents), \
+             so this checkout cannot be checked against the caps"
+        ),
+    )
+}
+
+/// Reads one amount the gate relies on. Only a JSON integer within ±(2^53-1) passes; serde_json
+/// (without `arbitrary_precision`) reads `4999.0` as a float, so `as_i64` refuses it as wanted.
+fn amount(v: Option<&Value>, path: &str, non_negative: bool) -> Result<i64, Ruling> {
+    let Some(v) = v else {
+        return Err(not_minor(path, "is missing"));
+    };
+    let n = match v {
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => i,
+            None if n.is_u64() => return Err(not_minor(path, "is out of range")),
+            None => return Err(not_minor(path, "has a fraction or exponent")),
+        },
+        Value::String(_) => return Err(not_minor(path, "is a string, not a number")),
+        _ => return Err(not_minor(path, "is not a number")),
+    };
+    if !(-MAX_MINOR..=MAX_MINOR).contains(&n) {
+        return Err(not_minor(path, "is out of range (over 2^53-1)"));
+    }
+    if non_negative && n < 0 {
+        return Err(not_minor(path, "is negative"));
+    }
+    Ok(n)
+}
+
+fn str_field<'a>(obj: &'a Map<String, Value>, key: &str, what: &str) -> Result<&'a str, Ruling> {
+    obj.get(key).and_then(Value::as_str).ok_or_else(|| {
+        unreadable(format!(
+            "the shop's checkout has no {what} (`{key}` string)"
+        ))
+    })
+}
+
+/// Reads a `totals[]` array, checking every amount (and every `lines[].amount`). Returns the single
+/// `total` when `want_total`.
+fn totals(arr: &[Value], path: &str, want_total: bool) -> Result<Option<i64>, Ruling> {
+    let mut total = None;
+    let mut count = 0usize;
+    for (i, entry) in arr.iter().enumerate() {
+        let ep = format!("{path}[{i}]");
+        let Some(obj) = entry.as_object() else {
+            return Err(unreadable(format!("the shop's {ep} is not an object")));
+        };
+        let ty = obj.get("type").and_then(Value::as_str).unwrap_or("");
+        let non_negative = matches!(ty, "total" | "subtotal" | "fulfillment" | "tax" | "fee");
+        let a = amount(obj.get("amount"), &format!("{ep}.amount"), non_negative)?;
+        if let Some(lines) = obj.get("lines") {
+            let Some(lines) = lines.as_array() else {
+                return Err(unreadable(format!("the shop's {ep}.lines is not an array")));
+            };
+            for (j, line) in lines.iter().enumerate() {
+                amount(
+                    line.get("amount"),
+                    &format!("{ep}.lines[{j}].amount"),
+                    false,
+                )?;
+            }
+        }
+        if ty == "total" {
+            count += 1;
+            total = Some(a);
+        }
+    }
+    if want_total && count != 1 {
+        return Err(not_minor(
+            path,
+            &format!(
+                "has {count} entries of type `total` (exactly one is needed to know what will be charged)"
+            ),
+        ));
+    }
+    Ok(total)
+}
+
+fn host_of(url_text: &str) -> Option<String> {
+    let parsed = url::Url::parse(url_text).ok()?;
+    let host = parsed.host_str()?;
+    if host.is_empty() {
+        None
+    } else {
+        Some(host.to_ascii_lowercase())
+    }
+}
+
 impl Quote {
     /// `checkout` is the checkout object the shop returned (the `structuredContent` of a successful
     /// `get_checkout`). Refusals: `checkout_unreadable` (not a checkout: missing id/status/currency/
     /// totals, an error response) and `amount_not_minor_units` (SPEC §4.5).
-    pub fn from_shop(checkout: &serde_json::Value) -> Result<Quote, Ruling> {
-        todo!("{checkout}")
+    pub fn from_shop(checkout: &Value) -> Result<Quote, Ruling> {
+        let Some(obj) = checkout.as_object() else {
+            return Err(unreadable(
+                "the shop's get_checkout answer is not a JSON object",
+            ));
+        };
+        let ucp_error = obj
+            .get("ucp")
+            .and_then(|u| u.get("status"))
+            .and_then(Value::as_str)
+            .is_some_and(|s| s == "error");
+        if ucp_error || (obj.contains_key("messages") && !obj.contains_key("status")) {
+            return Err(unreadable(
+                "the shop answered get_checkout with an error response",
+            ));
+        }
+        let checkout_id = str_field(obj, "id", "id")?.to_owned();
+        let status = str_field(obj, "status", "status")?.to_owned();
+        let currency = str_field(obj, "currency", "currency")?.to_owned();
+        let Some(totals_arr) = obj.get("totals").and_then(Value::as_array) else {
+            return Err(unreadable("the shop's checkout has no `totals` array"));
+        };
+        let total = totals(totals_arr, "totals", true)?
+            .ok_or_else(|| not_minor("totals", "has no entry of type `total`"))?;
+
+        let Some(items) = obj.get("line_items").and_then(Value::as_array) else {
+            return Err(unreadable("the shop's checkout has no `line_items` array"));
+        };
+        let mut line_items = Vec::with_capacity(items.len());
+        for (i, li) in items.iter().enumerate() {
+            let lp = format!("line_items[{i}]");
+            let Some(li) = li.as_object() else {
+                return Err(unreadable(format!("the shop's {lp} is not an object")));
+            };
+            let id = li
+                .get("id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| unreadable(format!("the shop's {lp} has no `id` string")))?;
+            let Some(item) = li.get("item").and_then(Value::as_object) else {
+                return Err(unreadable(format!("the shop's {lp} has no `item` object")));
+            };
+            let item_id = item
+                .get("id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| unreadable(format!("the shop's {lp}.item has no `id` string")))?;
+            let title = item.get("title").and_then(Value::as_str).unwrap_or("");
+            let unit_price = amount(item.get("price"), &format!("{lp}.item.price"), true)?;
+            let quantity = match li.get("quantity").and_then(Value::as_i64) {
+                Some(q) if (1..=MAX_MINOR).contains(&q) => q,
+                _ => {
+                    return Err(unreadable(format!(
+                        "the shop's {lp}.quantity is not a whole number of at least 1"
+                    )));
+                }
+            };
+            if let Some(lt) = li.get("totals") {
+                let Some(lt) = lt.as_array() else {
+                    return Err(unreadable(format!(
+                        "the shop's {lp}.totals is not an array"
+                    )));
+                };
+                totals(lt, &format!("{lp}.totals"), false)?;
+            }
+            line_items.push(QuoteLine {
+                id: id.to_owned(),
+                item_id: item_id.to_owned(),
+                title: title.to_owned(),
+                quantity,
+                unit_price,
+            });
+        }
+
+        // `continue_url` wins when present, even if unusable: falling back to another URL would let
+        // a broken `continue_url` change which merchant the gate believes it is paying.
+        let merchant = match obj.get("continue_url") {
+            Some(Value::String(u)) => host_of(u),
+            Some(_) => None,
+            None => obj
+                .get("links")
+                .and_then(Value::as_array)
+                .and_then(|l| l.first())
+                .and_then(|l| l.get("url"))
+                .and_then(Value::as_str)
+                .and_then(host_of),
+        };
+
+        Ok(Quote {
+            checkout_id,
+            status,
+            currency,
+            total,
+            line_items,
+            merchant,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn shop(total: Value) -> Value {
+        json!({
+            "ucp": {"version": "2026-08-25"},
+            "id": "gid://fixture/Checkout/1",
+            "status": "ready_for_complete",
+            "currency": "USD",
+            "line_items": [{"id": "li_1", "item": {"id": "socks", "title": "Trail socks", "price": 1200},
+                            "quantity": 2, "totals": [{"type": "subtotal", "amount": 2400}]}],
+            "totals": [{"type": "subtotal", "amount": 2400}, {"type": "total", "amount": total}],
+            "links": [{"type": "terms_of_service", "url": "https://Demo-Outfitters.example/tos"}]
+        })
+    }
+
+    #[test]
+    fn reads_a_fixture_checkout() {
+        let q = Quote::from_shop(&shop(json!(2400))).unwrap();
+        assert_eq!(q.total, 2400);
+        assert_eq!(q.currency, "USD");
+        assert_eq!(q.merchant.as_deref(), Some("demo-outfitters.example"));
+        assert_eq!(q.line_items[0].unit_price, 1200);
+        assert_eq!(q.line_items[0].quantity, 2);
+        assert_eq!(q.line_items[0].title, "Trail socks");
+    }
+
+    #[test]
+    fn refuses_amounts_that_are_not_minor_units() {
+        for bad in [
+            json!(49.99),
+            json!("4999"),
+            json!(4999.0),
+            json!(-1),
+            json!(9_007_199_254_740_992_i64),
+            json!(null),
+        ] {
+            let r = Quote::from_shop(&shop(bad.clone())).unwrap_err();
+            assert_eq!(r.reason, Reason::AmountNotMinorUnits, "{bad}");
+        }
+        let mut c = shop(json!(2400));
+        c["line_items"][0]["item"]["price"] = json!(12.0);
+        assert_eq!(
+            Quote::from_shop(&c).unwrap_err().reason,
+            Reason::AmountNotMinorUnits
+        );
+        let mut c = shop(json!(2400));
+        c["totals"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": "total", "amount": 1}));
+        assert_eq!(
+            Quote::from_shop(&c).unwrap_err().reason,
+            Reason::AmountNotMinorUnits
+        );
+        let mut c = shop(json!(2400));
+        c["totals"] = json!([{"type": "subtotal", "amount": 2400}]);
+        assert_eq!(
+            Quote::from_shop(&c).unwrap_err().reason,
+            Reason::AmountNotMinorUnits
+        );
+        // A discount may be negative.
+        let mut c = shop(json!(2300));
+        c["totals"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": "discount", "amount": -100}));
+        assert_eq!(Quote::from_shop(&c).unwrap().total, 2300);
+    }
+
+    #[test]
+    fn unreadable_answers() {
+        assert_eq!(
+            Quote::from_shop(&json!([])).unwrap_err().reason,
+            Reason::CheckoutUnreadable
+        );
+        let err =
+            json!({"ucp": {"version": "x", "status": "error"}, "messages": [{"type": "error"}]});
+        assert_eq!(
+            Quote::from_shop(&err).unwrap_err().reason,
+            Reason::CheckoutUnreadable
+        );
+        let mut c = shop(json!(2400));
+        c.as_object_mut().unwrap().remove("currency");
+        assert_eq!(
+            Quote::from_shop(&c).unwrap_err().reason,
+            Reason::CheckoutUnreadable
+        );
+    }
+
+    #[test]
+    fn merchant_from_continue_url_first() {
+        let mut c = shop(json!(2400));
+        c["continue_url"] = json!("https://SHOP.example:8443/c/1");
+        assert_eq!(
+            Quote::from_shop(&c).unwrap().merchant.as_deref(),
+            Some("shop.example")
+        );
+        c["continue_url"] = json!("not a url");
+        assert_eq!(Quote::from_shop(&c).unwrap().merchant, None);
+        let mut c = shop(json!(2400));
+        c["links"] = json!([]);
+        assert_eq!(Quote::from_shop(&c).unwrap().merchant, None);
     }
 }

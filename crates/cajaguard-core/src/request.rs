@@ -1,12 +1,19 @@
 //! The agent's `complete_checkout` arguments: shape (SPEC §4.2) and the fields a platform may send on
 //! complete (§4.3). The numbers in it are never used.
 
-use crate::gate::Ruling;
+use serde_json::Value;
+
+use crate::gate::{Reason, Ruling};
 
 /// Fields of `checkout` that UCP lets a platform send on complete (`ucp_request` is not `omit` for
 /// complete in the pinned `checkout.json`); extension objects (names with a `.` or known extensions
 /// such as `ap2`) are allowed too. A test derives this list from the pinned schema.
 pub const PLATFORM_FIELDS_ON_COMPLETE: &[&str] = &["payment", "signals", "attribution"];
+
+/// Checkout fields that UCP extensions add and let a platform send on complete (the AP2 mandate
+/// extension's `ap2`). The buyer-consent extension's `buyer` is left out on purpose: SPEC §4.3
+/// names `buyer` business-owned. A test derives this list from the pinned extension schemas.
+pub const EXTENSION_FIELDS_ON_COMPLETE: &[&str] = &["ap2"];
 
 /// A complete request that passed §4.1-4.3.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,10 +25,121 @@ pub struct CompleteRequest {
     pub handler_ids: Vec<String>,
 }
 
+fn bad(detail: impl Into<String>) -> Ruling {
+    Ruling::new(Reason::BadRequest, detail)
+}
+
+/// Whether the agent may send this `checkout` field on complete.
+pub fn field_allowed_on_complete(name: &str) -> bool {
+    PLATFORM_FIELDS_ON_COMPLETE.contains(&name)
+        || EXTENSION_FIELDS_ON_COMPLETE.contains(&name)
+        || name.contains('.')
+}
+
+/// A field name safe to echo in a detail: the agent chose it, so it could hold anything.
+fn shown_name(name: &str) -> String {
+    let plain = name.len() <= 40
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if plain {
+        name.to_owned()
+    } else {
+        "(a field with an unusual name)".to_owned()
+    }
+}
+
 impl CompleteRequest {
     /// Steps 2-3 only (the tripwire is [`crate::tripwire`]). Refusals: `bad_request`,
     /// `request_field_not_allowed` (detail names the fields).
-    pub fn from_args(args: &serde_json::Value) -> Result<CompleteRequest, Ruling> {
-        todo!("{args}")
+    pub fn from_args(args: &Value) -> Result<CompleteRequest, Ruling> {
+        let Some(obj) = args.as_object() else {
+            return Err(bad("complete_checkout arguments must be a JSON object"));
+        };
+        let checkout_id = match obj.get("id") {
+            Some(Value::String(s)) if !s.is_empty() => s.clone(),
+            _ => {
+                return Err(bad(
+                    "complete_checkout needs `id`, the checkout id, as a non-empty string",
+                ));
+            }
+        };
+        let Some(meta) = obj.get("meta").and_then(Value::as_object) else {
+            return Err(bad(
+                "complete_checkout needs a `meta` object with `ucp-agent` and `idempotency-key`",
+            ));
+        };
+        let agent_profile = match meta
+            .get("ucp-agent")
+            .and_then(|a| a.as_object())
+            .and_then(|a| a.get("profile"))
+        {
+            Some(Value::String(p)) if !p.is_empty() => p.clone(),
+            _ => {
+                return Err(bad(
+                    "complete_checkout needs `meta.ucp-agent.profile`, the platform's profile URL, as a string",
+                ));
+            }
+        };
+        let idempotency_key = match meta.get("idempotency-key") {
+            Some(Value::String(k)) if !k.is_empty() => k.clone(),
+            _ => {
+                return Err(bad(
+                    "complete_checkout needs `meta.idempotency-key` as a non-empty string (a UUID)",
+                ));
+            }
+        };
+        let Some(checkout) = obj.get("checkout").and_then(Value::as_object) else {
+            return Err(bad(
+                "complete_checkout needs a `checkout` object holding `payment`",
+            ));
+        };
+        let Some(payment) = checkout.get("payment").and_then(Value::as_object) else {
+            return Err(bad(
+                "complete_checkout needs `checkout.payment` as an object",
+            ));
+        };
+
+        let refused: Vec<String> = checkout
+            .keys()
+            .filter(|k| !field_allowed_on_complete(k))
+            .map(|k| shown_name(k))
+            .collect();
+        if !refused.is_empty() {
+            return Err(Ruling::new(
+                Reason::RequestFieldNotAllowed,
+                format!(
+                    "checkout fields not allowed on complete_checkout: {}. They belong to the shop, which is asked \
+                     for them directly; send only {} (and extension objects)",
+                    refused.join(", "),
+                    PLATFORM_FIELDS_ON_COMPLETE.join(", ")
+                ),
+            ));
+        }
+
+        let mut handler_ids = Vec::new();
+        match payment.get("instruments") {
+            None => {}
+            Some(Value::Array(instruments)) => {
+                for (i, inst) in instruments.iter().enumerate() {
+                    match inst.get("handler_id") {
+                        Some(Value::String(h)) => handler_ids.push(h.clone()),
+                        _ => {
+                            return Err(bad(format!(
+                                "checkout.payment.instruments[{i}] needs `handler_id` as a string"
+                            )));
+                        }
+                    }
+                }
+            }
+            Some(_) => return Err(bad("checkout.payment.instruments must be an array")),
+        }
+
+        Ok(CompleteRequest {
+            checkout_id,
+            idempotency_key,
+            agent_profile,
+            handler_ids,
+        })
     }
 }
