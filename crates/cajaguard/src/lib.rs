@@ -1,5 +1,8 @@
 //! CajaGuard's edges: the MCP proxy, the durable store, key files and the CLI, over the pure
 //! decision in `cajaguard-core`.
 
+pub mod cli;
 pub mod keys;
+pub mod proxy;
+pub mod status;
 pub mod store;

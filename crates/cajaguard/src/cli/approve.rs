@@ -1,0 +1,259 @@
+//! `cajaguard approve <id>` and `cajaguard deny <id>`: re-read the checkout from the shop, refuse if
+//! it changed or is no longer ready, show it, ask the human on the terminal, and sign.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cajaguard_core::approval::{self, ApprovalTerms, BasketDigest, Decision};
+use cajaguard_core::money::{self, Currency};
+use cajaguard_core::quote::Quote;
+use time::OffsetDateTime;
+
+use super::{Failure, Outcome, printable};
+use crate::keys;
+use crate::proxy::{Shop, checkout};
+use crate::store::PendingRow;
+
+/// The UCP agent identity CajaGuard uses when it reads a checkout for a human.
+const APPROVER_PROFILE: &str = "https://cajaguard.invalid/profiles/approver.json";
+
+#[derive(clap::Args)]
+pub struct ApproveArgs {
+    #[command(flatten)]
+    common: Common,
+    /// How long the approval stays valid (humantime: 90s, 5m, 1h); at most approvals.max_ttl_minutes.
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    ttl: Duration,
+    /// A note kept in the approval (shown, signed).
+    #[arg(long, default_value = "")]
+    note: String,
+}
+
+#[derive(clap::Args)]
+pub struct DenyArgs {
+    #[command(flatten)]
+    common: Common,
+    #[arg(long, default_value = "")]
+    note: String,
+}
+
+#[derive(clap::Args)]
+struct Common {
+    /// The request id printed when the payment was blocked (cg-...).
+    id: String,
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Do not ask; needed when there is no terminal.
+    #[arg(long)]
+    yes: bool,
+    /// Where the approver key is (else $CAJAGUARD_KEY_DIR, else the user's config directory).
+    #[arg(long, value_name = "DIR")]
+    key_dir: Option<PathBuf>,
+}
+
+pub fn approve(args: &ApproveArgs) -> Outcome {
+    sign(&args.common, Decision::Approve, Some(args.ttl), &args.note)
+}
+
+pub fn deny(args: &DenyArgs) -> Outcome {
+    sign(&args.common, Decision::Deny, None, &args.note)
+}
+
+fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) -> Outcome {
+    let policy = super::load_policy(&common.config)?;
+    let max_ttl = policy.approvals.max_ttl;
+    let ttl = ttl.unwrap_or(max_ttl);
+    if ttl > max_ttl || ttl.is_zero() {
+        return Err(Failure::usage(
+            format!(
+                "--ttl {} is not within 1s..{} (approvals.max_ttl_minutes)",
+                humantime::format_duration(ttl),
+                humantime::format_duration(max_ttl)
+            ),
+            "pass a shorter --ttl",
+        ));
+    }
+    let id = super::parse_request_id(&common.id)?;
+    let store = super::open_store(&policy)?;
+    let Some(pending) = store
+        .pending_request(&id)
+        .map_err(|e| Failure::unexpected(e.to_string()))?
+    else {
+        return Err(Failure::refused(
+            format!("no pending request {id} in {}", policy.home.display()),
+            "list them with `cajaguard pending --config FILE`",
+        ));
+    };
+    let key_dir =
+        keys::key_dir(common.key_dir.as_deref(), &|name| super::env(name)).map_err(|e| {
+            Failure::usage(e.to_string(), "pass --key-dir DIR or set CAJAGUARD_KEY_DIR")
+        })?;
+    let key = keys::load_signing_key(&key_dir.join(keys::PRIVATE_KEY_FILE)).map_err(|e| {
+        Failure::usage(
+            e.to_string(),
+            "run `cajaguard keygen`, or point --key-dir at your approver key",
+        )
+    })?;
+
+    let quote = reread(&policy, &pending)?;
+    show(&pending, &quote, decision);
+    let public = key.public_key();
+    let trusted = super::load_trusted(&policy).unwrap_or_default();
+    if !trusted.0.contains(&public) {
+        eprintln!(
+            "warning: your key {} is not in approvals.trusted_keys of {}; the gate will not accept this approval",
+            public.key_id(),
+            policy.source.display()
+        );
+    }
+    if !common.yes {
+        confirm(decision, &pending)?;
+    }
+    let mut nonce = [0u8; 16];
+    getrandom::fill(&mut nonce)
+        .map_err(|e| Failure::unexpected(format!("no randomness for the nonce: {e}")))?;
+    let terms = ApprovalTerms {
+        request_id: id.clone(),
+        digest: pending.request.digest,
+        decision,
+        merchant: pending.request.merchant.clone(),
+        checkout_id: pending.request.checkout_id.clone(),
+        currency: pending.request.currency.clone(),
+        total: pending.request.total,
+        issued_at: OffsetDateTime::now_utc(),
+        ttl,
+        nonce,
+        note: note.to_owned(),
+    };
+    let document = approval::sign(&key, &terms);
+    let path = store
+        .write_approval(&document)
+        .map_err(|e| Failure::unexpected(e.to_string()))?;
+    match decision {
+        Decision::Approve => println!(
+            "approved {id} for {}, valid for {}: {}",
+            super::pending::amount(&pending),
+            humantime::format_duration(ttl),
+            path.display()
+        ),
+        Decision::Deny => println!("denied {id}: {}", path.display()),
+    }
+    Ok(0)
+}
+
+/// The checkout as the shop has it now; exit 3 if it is no longer the basket that was blocked.
+fn reread(policy: &cajaguard_core::policy::Policy, pending: &PendingRow) -> Result<Quote, Failure> {
+    let shop = Shop::new(&policy.downstream, Arc::new(|_: &str| {}))
+        .map_err(|e| Failure::usage(e.to_string(), "fix downstream in the config"))?;
+    let agent = serde_json::json!({ "profile": APPROVER_PROFILE });
+    let params = checkout::get_checkout_params(&agent, &pending.request.checkout_id);
+    let reply = shop.request("tools/call", Some(&params), &mut |_| {});
+    let quote =
+        checkout::quote_from_reply(reply, &pending.request.checkout_id).map_err(|ruling| {
+            Failure::refused(
+                format!(
+                    "cannot read the checkout back from the shop: {}",
+                    ruling.detail
+                ),
+                "nothing was signed; try again when the shop answers",
+            )
+        })?;
+    if quote.status != "ready_for_complete" {
+        return Err(Failure::refused(
+            format!(
+                "the checkout is {} now, not ready_for_complete",
+                printable(&quote.status)
+            ),
+            "nothing was signed; the agent must start a new checkout",
+        ));
+    }
+    if BasketDigest::of(&quote, &pending.request.handler_ids) != pending.request.digest {
+        return Err(Failure::refused(
+            "the checkout changed since it was blocked (items, amounts, merchant or currency)",
+            "nothing was signed; the agent's next attempt makes a new request to approve",
+        ));
+    }
+    Ok(quote)
+}
+
+fn show(pending: &PendingRow, quote: &Quote, decision: Decision) {
+    let request = &pending.request;
+    let currency = Currency::from_code(&quote.currency).ok();
+    let amount = |minor: i64| match currency {
+        Some(c) => money::display(minor, c),
+        None => format!("{minor} (minor units)"),
+    };
+    eprintln!(
+        "{} request {}",
+        if decision == Decision::Approve {
+            "Approve"
+        } else {
+            "Deny"
+        },
+        request.request_id
+    );
+    eprintln!("  merchant:  {}", printable(&request.merchant));
+    eprintln!("  checkout:  {}", printable(&request.checkout_id));
+    eprintln!("  amount:    {}", amount(quote.total));
+    for line in &quote.line_items {
+        eprintln!(
+            "  item:      {} x {} at {}",
+            line.quantity,
+            printable(&line.title),
+            amount(line.unit_price)
+        );
+    }
+    eprintln!(
+        "  handlers:  {}",
+        request
+            .handler_ids
+            .iter()
+            .map(|h| printable(h))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
+/// Asks on the terminal itself, never on piped stdin: an agent that can write to our stdin must not
+/// be able to answer for the human.
+fn confirm(decision: Decision, pending: &PendingRow) -> Result<(), Failure> {
+    let no_terminal = |e: std::io::Error| {
+        Failure::usage(
+            format!("no terminal to ask on ({e})"),
+            "run it in a terminal, or pass --yes to sign without asking",
+        )
+    };
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .map_err(no_terminal)?;
+    let mut writer = tty.try_clone().map_err(no_terminal)?;
+    let verb = if decision == Decision::Approve {
+        "Approve"
+    } else {
+        "Deny"
+    };
+    write!(
+        writer,
+        "{verb} {} to {}? [y/N] ",
+        super::pending::amount(pending),
+        printable(&pending.request.merchant)
+    )
+    .and_then(|()| writer.flush())
+    .map_err(no_terminal)?;
+    let mut answer = String::new();
+    BufReader::new(tty)
+        .read_line(&mut answer)
+        .map_err(no_terminal)?;
+    if matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
+        Ok(())
+    } else {
+        Err(Failure::refused(
+            "not signed: the answer was not yes",
+            "run it again to decide",
+        ))
+    }
+}

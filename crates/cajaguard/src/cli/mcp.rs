@@ -1,0 +1,54 @@
+//! `cajaguard mcp --config FILE`: the stdio MCP server.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{Failure, Outcome};
+use crate::proxy::{self, Proxy, ShopError};
+
+pub fn run(config: &Path) -> Outcome {
+    let policy = Arc::new(super::load_policy(config)?);
+    let trusted = super::load_trusted(&policy)?;
+    let store = super::open_store(&policy)?;
+    // Plain files over fds 0 and 1: no std buffering layer and no lock per line (see ARCHITECTURE.md).
+    let (input, output) =
+        stdio_files().map_err(|e| Failure::unexpected(format!("cannot use stdio: {e}")))?;
+    let proxy = Proxy::start(
+        policy.clone(),
+        trusted,
+        store,
+        proxy::system_clock(),
+        Box::new(output),
+    )
+    .map_err(|e| {
+        let hint = match &e {
+            ShopError::NotFound(_) | ShopError::Spawn { .. } => {
+                "fix downstream.command (and args, cwd) in the config"
+            }
+            _ => "check that the downstream is a working MCP server (try running it by hand)",
+        };
+        Failure {
+            code: if matches!(e, ShopError::NotFound(_) | ShopError::Spawn { .. }) {
+                2
+            } else {
+                1
+            },
+            message: e.to_string(),
+            hint: Some(hint.into()),
+        }
+    })?;
+    tracing::info!(mode = ?policy.mode, config = %policy.source.display(), "cajaguard serving MCP on stdio");
+    proxy
+        .serve(Box::new(BufReader::with_capacity(64 * 1024, input)))
+        .map_err(|e| Failure::unexpected(format!("reading the agent failed: {e}")))?;
+    Ok(0)
+}
+
+fn stdio_files() -> std::io::Result<(File, File)> {
+    let input = File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
+    let output = File::from(std::io::stdout().as_fd().try_clone_to_owned()?);
+    Ok((input, output))
+}

@@ -1,0 +1,243 @@
+//! The command line (SPEC §7). One file per subcommand; this file parses the arguments, loads the
+//! config, and maps every outcome to an exit code that means something:
+//! 0 done, 1 unexpected, 2 usage or config, 3 unknown id / not approved / checkout changed, 4 denied.
+
+mod approve;
+mod keygen;
+mod mcp;
+mod pending;
+mod status;
+mod verify;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use cajaguard_core::policy::{ConfigOrigin, Policy};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cajaguard",
+    version,
+    about = "A spend gate for shopping agents: an MCP proxy that gates complete_checkout."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write an Ed25519 approver key pair (approver.key.pem, approver.pub.pem).
+    Keygen(keygen::Args),
+    /// Serve MCP on stdio in front of the configured shop.
+    Mcp(ConfigArg),
+    /// Caps, spend and headroom per currency, and pending approvals.
+    Status(status::Args),
+    /// Payments waiting for a human approval.
+    Pending(ConfigArg),
+    /// One pending request in full.
+    Show(IdArgs),
+    /// Whether a request has a valid, unused approval (exit 0), none yet (3), or a deny (4).
+    Verify(IdArgs),
+    /// Re-read the checkout from the shop, show it, and sign an approval.
+    Approve(approve::ApproveArgs),
+    /// Re-read the checkout from the shop, show it, and sign a deny.
+    Deny(approve::DenyArgs),
+}
+
+#[derive(clap::Args)]
+struct ConfigArg {
+    /// The CajaGuard config file (JSON).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct IdArgs {
+    /// A request id (cg-...), as printed when a payment was blocked.
+    id: String,
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+}
+
+/// A failure with its exit code: one line of cause and one of what to do.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl Failure {
+    pub fn usage(message: impl Into<String>, hint: impl Into<String>) -> Failure {
+        Failure {
+            code: 2,
+            message: message.into(),
+            hint: Some(hint.into()),
+        }
+    }
+    pub fn unexpected(message: impl Into<String>) -> Failure {
+        Failure {
+            code: 1,
+            message: message.into(),
+            hint: None,
+        }
+    }
+    pub fn refused(message: impl Into<String>, hint: impl Into<String>) -> Failure {
+        Failure {
+            code: 3,
+            message: message.into(),
+            hint: Some(hint.into()),
+        }
+    }
+}
+
+pub type Outcome = Result<u8, Failure>;
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    init_logging(matches!(cli.command, Command::Mcp(_)));
+    let outcome = match cli.command {
+        Command::Keygen(args) => keygen::run(&args),
+        Command::Mcp(args) => mcp::run(&args.config),
+        Command::Status(args) => status::run(&args),
+        Command::Pending(args) => pending::run(&args.config),
+        Command::Show(args) => pending::show(&args.id, &args.config),
+        Command::Verify(args) => verify::run(&args.id, &args.config),
+        Command::Approve(args) => approve::approve(&args),
+        Command::Deny(args) => approve::deny(&args),
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("cajaguard: {}", failure.message);
+            if let Some(hint) = failure.hint {
+                eprintln!("  -> {hint}");
+            }
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+/// Logs go to stderr only: stdout of `cajaguard mcp` is the MCP channel.
+fn init_logging(serving: bool) {
+    let default = if serving {
+        "cajaguard=info"
+    } else {
+        "cajaguard=warn"
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CAJAGUARD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Reads and validates the config (exit 2 on any problem, naming the file).
+pub fn load_policy(path: &Path) -> Result<Policy, Failure> {
+    let absolute = std::path::absolute(path).map_err(|e| {
+        Failure::usage(
+            format!("{}: {e}", path.display()),
+            "pass --config with a readable file",
+        )
+    })?;
+    let text = std::fs::read_to_string(&absolute).map_err(|e| {
+        Failure::usage(
+            format!("cannot read the config {}: {e}", absolute.display()),
+            "check the --config path",
+        )
+    })?;
+    let user_home = env("HOME").map(PathBuf::from);
+    let origin = ConfigOrigin {
+        path: &absolute,
+        user_home: user_home.as_deref(),
+    };
+    Policy::parse(&text, &origin)
+        .map_err(|e| Failure::usage(e.to_string(), "fix the config file and run again"))
+}
+
+pub fn env(name: &str) -> Option<OsString> {
+    std::env::var_os(name).filter(|v| !v.is_empty())
+}
+
+/// Opens the store named by the policy.
+pub fn open_store(policy: &Policy) -> Result<crate::store::Store, Failure> {
+    crate::store::Store::open(&policy.home).map_err(|e| Failure {
+        code: 1,
+        message: e.to_string(),
+        hint: Some(format!(
+            "check that {} is a directory you own",
+            policy.home.display()
+        )),
+    })
+}
+
+pub fn load_trusted(policy: &Policy) -> Result<cajaguard_core::approval::TrustedKeys, Failure> {
+    crate::keys::load_trusted_keys(&policy.approvals.trusted_keys).map_err(|e| {
+        Failure::usage(
+            e.to_string(),
+            "run `cajaguard keygen` or fix approvals.trusted_keys in the config",
+        )
+    })
+}
+
+pub fn parse_request_id(id: &str) -> Result<cajaguard_core::approval::RequestId, Failure> {
+    cajaguard_core::approval::RequestId::parse(id).map_err(|_| {
+        Failure::refused(
+            format!("{id:?} is not a CajaGuard request id"),
+            "request ids look like cg-0123456789abcdef",
+        )
+    })
+}
+
+/// Shop- or agent-supplied text, made safe for a terminal: control characters and ANSI escapes out.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // Skip an escape sequence: ESC [ ... final byte, or ESC + one char.
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                for c in chars.by_ref() {
+                    if ('\u{40}'..='\u{7e}').contains(&c) {
+                        break;
+                    }
+                }
+            } else {
+                chars.next();
+            }
+        } else if c.is_control()
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c)
+        {
+            // Control characters and bidi overrides could disguise what is being approved.
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn printable_strips_escapes_and_controls() {
+        assert_eq!(printable("Day\u{1b}[2J\u{1b}[31mpack\r\n\u{7}"), "Daypack");
+        assert_eq!(printable("a\u{202e}b"), "ab");
+        assert_eq!(printable("Tea set 茶"), "Tea set 茶");
+    }
+}

@@ -1,0 +1,69 @@
+//! `cajaguard status --config FILE [--json]`
+
+use std::path::PathBuf;
+
+use super::{Failure, Outcome};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// The same JSON document as the `cajaguard_status` tool.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: &Args) -> Outcome {
+    let policy = super::load_policy(&args.config)?;
+    let store = super::open_store(&policy)?;
+    let document = crate::status::document(&policy, &store, time::OffsetDateTime::now_utc())
+        .map_err(|e| Failure::unexpected(e.to_string()))?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&document)
+                .map_err(|e| Failure::unexpected(e.to_string()))?
+        );
+        return Ok(0);
+    }
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or("?").to_owned();
+    println!(
+        "mode: {}   window: {} h",
+        text(&document["mode"]),
+        document["window_hours"]
+    );
+    let merchants: Vec<String> = document["merchants"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(text)
+        .collect();
+    println!("merchants: {}", merchants.join(", "));
+    println!(
+        "{:<5} {:>14} {:>14} {:>14} {:>12} {:>12} {:>12}",
+        "", "approval above", "per payment", "window", "spent", "in flight", "remaining"
+    );
+    if let Some(caps) = document["caps"].as_object() {
+        for (code, cap) in caps {
+            println!(
+                "{code:<5} {:>14} {:>14} {:>14} {:>12} {:>12} {:>12}",
+                text(&cap["approval_above"]),
+                text(&cap["per_transaction"]),
+                text(&cap["window"]),
+                text(&cap["spent"]),
+                text(&cap["in_flight"]),
+                text(&cap["remaining"]),
+            );
+        }
+    }
+    let pending = document["pending"].as_array().map_or(0, Vec::len);
+    println!(
+        "pending approvals: {pending}{}",
+        if pending > 0 {
+            " (cajaguard pending --config FILE)"
+        } else {
+            ""
+        }
+    );
+    Ok(0)
+}

@@ -1,0 +1,462 @@
+//! `cajaguard mcp`: an MCP server on stdio in front of the shop.
+//!
+//! This is a small JSON-RPC relay rather than an MCP SDK server: the envelope is decoded, everything
+//! else is forwarded as the peer wrote it (see docs/ARCHITECTURE.md for the measurement behind this
+//! choice). Only `complete_checkout` is decoded fully, and only to be gated; it is forwarded with the
+//! agent's bytes. Each tool call runs on its own thread, so a slow shop call never stalls the others.
+
+#![deny(clippy::print_stdout)]
+
+pub mod checkout;
+mod complete;
+mod downstream;
+pub mod jsonrpc;
+pub mod rawjson;
+mod tools;
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cajaguard_core::approval::{RequestId, TrustedKeys};
+use cajaguard_core::gate::{Reason, Ruling};
+use cajaguard_core::policy::{Mode, Policy};
+use cajaguard_core::tripwire;
+use serde_json::value::RawValue;
+use time::OffsetDateTime;
+
+pub use downstream::{Handshake, Reply, Shop, ShopError};
+use jsonrpc::{Envelope, Line, Sink};
+use rawjson::RawObject;
+
+use crate::store::{ApprovalStatus, AuditRecord, Store};
+
+/// The clock, injected so that tests decide what "now" is.
+pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
+
+pub fn system_clock() -> Clock {
+    Arc::new(OffsetDateTime::now_utc)
+}
+
+/// Agents may not keep more tool calls than this in flight at once: a call storm is answered with
+/// errors instead of threads.
+const MAX_CALLS_IN_FLIGHT: usize = 64;
+
+/// The largest message accepted from the agent. Arguments of a shopping call are a few KiB.
+pub const MAX_AGENT_MESSAGE_BYTES: usize = 1024 * 1024;
+
+/// Protocol versions spoken with the agent, newest first.
+const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+
+pub struct Proxy {
+    policy: Arc<Policy>,
+    trusted: TrustedKeys,
+    store: Store,
+    shop: Shop,
+    clock: Clock,
+    out: Sink,
+    calls: Mutex<HashMap<String, CallState>>,
+    calls_in_flight: AtomicUsize,
+}
+
+#[derive(Default)]
+struct CallState {
+    shop_id: Option<u64>,
+    cancelled: bool,
+}
+
+impl Proxy {
+    /// Starts the shop (initialize + tools/list) and returns a proxy ready to serve.
+    pub fn start(
+        policy: Arc<Policy>,
+        trusted: TrustedKeys,
+        store: Store,
+        clock: Clock,
+        output: Box<dyn Write + Send>,
+    ) -> Result<Arc<Proxy>, ShopError> {
+        let out = Sink::new(output);
+        let forward = out.clone();
+        let shop = Shop::new(
+            &policy.downstream,
+            Arc::new(move |line: &str| {
+                let _ = forward.send(line);
+            }),
+        )?;
+        shop.handshake()?;
+        Ok(Arc::new(Proxy {
+            policy,
+            trusted,
+            store,
+            shop,
+            clock,
+            out,
+            calls: Mutex::new(HashMap::new()),
+            calls_in_flight: AtomicUsize::new(0),
+        }))
+    }
+
+    /// Reads the agent's messages until end of input. Returns when the agent hangs up.
+    pub fn serve(self: &Arc<Proxy>, mut input: Box<dyn BufRead + Send>) -> std::io::Result<()> {
+        loop {
+            let line = match jsonrpc::read_line(&mut input, MAX_AGENT_MESSAGE_BYTES)? {
+                Line::Eof => return Ok(()),
+                Line::TooLong => {
+                    self.send(&jsonrpc::error(
+                        None,
+                        jsonrpc::INVALID_REQUEST,
+                        &format!(
+                            "message over {MAX_AGENT_MESSAGE_BYTES} bytes refused by CajaGuard"
+                        ),
+                    ));
+                    continue;
+                }
+                Line::Message(line) => line,
+            };
+            self.dispatch(line);
+        }
+    }
+
+    fn dispatch(self: &Arc<Proxy>, line: String) {
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() {
+            return;
+        }
+        if trimmed.starts_with('[') {
+            self.send(&jsonrpc::error(
+                None,
+                jsonrpc::INVALID_REQUEST,
+                "JSON-RPC batches are refused by CajaGuard",
+            ));
+            return;
+        }
+        let envelope = match Envelope::parse(&line) {
+            Ok(envelope) => envelope,
+            Err(e) => {
+                self.send(&jsonrpc::error(
+                    None,
+                    jsonrpc::PARSE_ERROR,
+                    &format!("not JSON-RPC: {e}"),
+                ));
+                return;
+            }
+        };
+        let Some(method) = envelope.method.as_deref() else {
+            // An answer to a request the proxy never makes of the agent.
+            return;
+        };
+        let Some(id) = envelope.id.as_deref() else {
+            self.notification(method, envelope.params.as_deref());
+            return;
+        };
+        match method {
+            "initialize" => self.initialize(id, envelope.params.as_deref()),
+            "ping" => self.send(&jsonrpc::result(id, "{}")),
+            "tools/list" => self.list_tools(id),
+            "tools/call" => self.spawn_call(envelope),
+            _ => self.send(&jsonrpc::error(
+                Some(id),
+                jsonrpc::METHOD_NOT_FOUND,
+                &format!("{method} is not offered through CajaGuard"),
+            )),
+        }
+    }
+
+    fn notification(&self, method: &str, params: Option<&RawValue>) {
+        if method != "notifications/cancelled" {
+            return;
+        }
+        let Some(mut params) = params.and_then(|p| RawObject::parse(p.get())) else {
+            return;
+        };
+        let Some(request_id) = params.get("requestId").map(jsonrpc::id_key) else {
+            return;
+        };
+        let shop_id = {
+            let mut calls = lock(&self.calls);
+            let Some(call) = calls.get_mut(&request_id) else {
+                return;
+            };
+            call.cancelled = true;
+            call.shop_id
+        };
+        if let Some(shop_id) = shop_id {
+            // The shop knows the request by the proxy's id; everything else (reason) is the agent's.
+            if let Ok(id) = RawValue::from_string(shop_id.to_string()) {
+                params.set("requestId", id);
+                self.shop.notify(&jsonrpc::notification(
+                    "notifications/cancelled",
+                    Some(&params.to_json()),
+                ));
+            }
+        }
+    }
+
+    fn initialize(&self, id: &RawValue, params: Option<&RawValue>) {
+        #[derive(serde::Deserialize)]
+        struct Requested {
+            #[serde(rename = "protocolVersion")]
+            protocol_version: Option<String>,
+        }
+        let requested = params
+            .and_then(|p| serde_json::from_str::<Requested>(p.get()).ok())
+            .and_then(|r| r.protocol_version);
+        let version = requested
+            .as_deref()
+            .and_then(|v| PROTOCOL_VERSIONS.iter().find(|known| **known == v))
+            .copied()
+            .unwrap_or(PROTOCOL_VERSIONS[0]);
+        let result = format!(
+            r#"{{"protocolVersion":"{version}","capabilities":{{"tools":{{"listChanged":false}}}},"serverInfo":{{"name":"cajaguard","title":"CajaGuard spend gate","version":"{}"}},"instructions":"UCP shopping tools pass through CajaGuard. complete_checkout is gated by caps, a merchant allowlist and human approvals; a refusal comes back as a tool result with structuredContent.cajaguard (verdict, reason, detail, next)."}}"#,
+            env!("CARGO_PKG_VERSION")
+        );
+        self.send(&jsonrpc::result(id, &result));
+    }
+
+    fn list_tools(&self, id: &RawValue) {
+        let handshake = match self.shop.handshake() {
+            Ok(handshake) => handshake,
+            Err(e) => {
+                self.send(&jsonrpc::error(
+                    Some(id),
+                    jsonrpc::SHOP_UNAVAILABLE,
+                    &e.to_string(),
+                ));
+                return;
+            }
+        };
+        let mut list = String::from(r#"{"tools":["#);
+        let offered = handshake
+            .tools
+            .iter()
+            .filter(|tool| tools::tool_name(tool).is_some_and(|name| tools::is_ucp_tool(&name)))
+            .map(|tool| tool.get());
+        for (i, tool) in offered.chain(tools::own_tools()).enumerate() {
+            if i > 0 {
+                list.push(',');
+            }
+            list.push_str(tool);
+        }
+        list.push_str("]}");
+        self.send(&jsonrpc::result(id, &list));
+    }
+
+    fn spawn_call(self: &Arc<Proxy>, envelope: Envelope) {
+        let Some(id) = envelope.id else { return };
+        if self.calls_in_flight.fetch_add(1, Ordering::AcqRel) >= MAX_CALLS_IN_FLIGHT {
+            self.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
+            self.send(&jsonrpc::error(
+                Some(&id),
+                jsonrpc::OVERLOADED,
+                &format!("more than {MAX_CALLS_IN_FLIGHT} calls in flight; CajaGuard refused this one, retry later"),
+            ));
+            return;
+        }
+        lock(&self.calls).insert(jsonrpc::id_key(&id), CallState::default());
+        let proxy = self.clone();
+        let params = envelope.params;
+        let spawned = std::thread::Builder::new()
+            .name("tool-call".into())
+            .spawn(move || {
+                let answer = proxy.call_tool(&id, params.as_deref());
+                let cancelled = lock(&proxy.calls)
+                    .remove(&jsonrpc::id_key(&id))
+                    .is_some_and(|c| c.cancelled);
+                // A cancelled request gets no answer (MCP: the receiver should not respond).
+                if !cancelled {
+                    proxy.send(&answer);
+                }
+                proxy.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            self.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
+            tracing::error!("cannot start a thread for a tool call");
+        }
+    }
+
+    /// One `tools/call`: the answer line to send to the agent.
+    fn call_tool(&self, id: &RawValue, params: Option<&RawValue>) -> String {
+        #[derive(serde::Deserialize)]
+        struct Call {
+            name: String,
+            #[serde(default)]
+            arguments: Option<serde_json::Value>,
+        }
+        let Some(params) = params else {
+            return jsonrpc::error(Some(id), jsonrpc::INVALID_PARAMS, "tools/call needs params");
+        };
+        let call: Call = match serde_json::from_str(params.get()) {
+            Ok(call) => call,
+            Err(e) => {
+                return jsonrpc::error(
+                    Some(id),
+                    jsonrpc::INVALID_PARAMS,
+                    &format!("bad tools/call params: {e}"),
+                );
+            }
+        };
+        let arguments = call.arguments.unwrap_or(serde_json::Value::Null);
+        match call.name.as_str() {
+            tools::STATUS_TOOL => self.status_tool(id),
+            tools::APPROVAL_STATUS_TOOL => self.approval_status_tool(id, &arguments),
+            tools::GATED_TOOL => self.complete_checkout(id, params, &arguments),
+            name if tools::is_ucp_tool(name) && self.shop_offers(name) => {
+                if let Some(ruling) = self.tripwire(&arguments) {
+                    self.audit_refusal(&call.name, &ruling);
+                    return refusal(id, &ruling);
+                }
+                self.forward(id, params.get())
+            }
+            _ => {
+                let ruling = Ruling::new(
+                    Reason::ToolNotAllowed,
+                    "this tool is not one of the UCP shopping tools CajaGuard passes through",
+                );
+                self.audit_refusal(&sanitize_tool_name(&call.name), &ruling);
+                refusal(id, &ruling)
+            }
+        }
+    }
+
+    fn shop_offers(&self, name: &str) -> bool {
+        self.shop
+            .handshake()
+            .map(|h| {
+                h.tools
+                    .iter()
+                    .any(|tool| tools::tool_name(tool).as_deref() == Some(name))
+            })
+            .unwrap_or(false)
+    }
+
+    /// The test-mode tripwire over a call's arguments (SPEC §5).
+    fn tripwire(&self, arguments: &serde_json::Value) -> Option<Ruling> {
+        if self.policy.mode != Mode::Test {
+            return None;
+        }
+        let hit = tripwire::scan(&self.policy.test_mode, arguments)?;
+        Some(Ruling::new(
+            Reason::TestModeCredential,
+            format!(
+                "test mode: {} at {} (the value is not shown)",
+                hit.rule.as_str(),
+                hit.path
+            ),
+        ))
+    }
+
+    /// Forwards a call unchanged and passes the shop's answer back unchanged.
+    fn forward(&self, id: &RawValue, params: &str) -> String {
+        match self.shop_request(id, "tools/call", params) {
+            Ok(Reply::Result(result)) => jsonrpc::result(id, result.get()),
+            Ok(Reply::Error(error)) => jsonrpc::raw_error(id, &error),
+            Err(e) => shop_failure(id, &e),
+        }
+    }
+
+    fn shop_request(&self, id: &RawValue, method: &str, params: &str) -> Result<Reply, ShopError> {
+        let key = jsonrpc::id_key(id);
+        self.shop.request(method, Some(params), &mut |shop_id| {
+            if let Some(call) = lock(&self.calls).get_mut(&key) {
+                call.shop_id = Some(shop_id);
+            }
+        })
+    }
+
+    fn status_tool(&self, id: &RawValue) -> String {
+        match crate::status::document(&self.policy, &self.store, (self.clock)()) {
+            Ok(document) => tool_result(id, &document, false),
+            Err(e) => tool_result(id, &serde_json::json!({"error": e.to_string()}), true),
+        }
+    }
+
+    fn approval_status_tool(&self, id: &RawValue, arguments: &serde_json::Value) -> String {
+        let status = match arguments
+            .get("request_id")
+            .and_then(|v| v.as_str())
+            .map(RequestId::parse)
+        {
+            Some(Ok(request_id)) => {
+                match self.store.approval_status(
+                    &request_id,
+                    &self.trusted,
+                    (self.clock)(),
+                    self.policy.approvals.max_ttl,
+                ) {
+                    Ok(status) => status,
+                    Err(e) => {
+                        return tool_result(id, &serde_json::json!({"error": e.to_string()}), true);
+                    }
+                }
+            }
+            _ => ApprovalStatus::Invalid,
+        };
+        let status = match status {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Used => "used",
+            ApprovalStatus::Denied => "denied",
+            ApprovalStatus::Invalid => "invalid",
+        };
+        tool_result(id, &serde_json::json!({ "status": status }), false)
+    }
+
+    fn audit_refusal(&self, tool: &str, ruling: &Ruling) {
+        let record = AuditRecord {
+            at: (self.clock)(),
+            tool: tool.to_owned(),
+            verdict: ruling.verdict.as_str().to_owned(),
+            reason: ruling.reason.as_str().to_owned(),
+            merchant: None,
+            currency: None,
+            total: None,
+            request_id: ruling.request_id.as_ref().map(|r| r.as_str().to_owned()),
+            idempotency_key: None,
+            checkout_id: None,
+            latency: std::time::Duration::ZERO,
+            note: None,
+        };
+        if let Err(e) = self.store.audit(&record) {
+            tracing::error!("audit record not written: {e}");
+        }
+    }
+
+    fn send(&self, line: &str) {
+        if let Err(e) = self.out.send(line) {
+            tracing::error!("cannot write to the agent: {e}");
+        }
+    }
+}
+
+/// A refusal as the agent sees it: a tool result with `isError`, the ruling in `structuredContent`
+/// and, as JSON, in the text content.
+pub fn refusal(id: &RawValue, ruling: &Ruling) -> String {
+    tool_result(id, &ruling.to_json(), true)
+}
+
+pub(crate) fn tool_result(id: &RawValue, document: &serde_json::Value, is_error: bool) -> String {
+    let text = document.to_string();
+    let result = serde_json::json!({
+        "content": [{ "type": "text", "text": text }],
+        "structuredContent": document,
+        "isError": is_error,
+    });
+    jsonrpc::result(id, &result.to_string())
+}
+
+/// A shop that failed to answer a forwarded call: a tool error the agent can read, never a hang.
+pub(crate) fn shop_failure(id: &RawValue, error: &ShopError) -> String {
+    let document = serde_json::json!({ "cajaguard": { "error": "shop_unavailable", "detail": error.to_string() } });
+    tool_result(id, &document, true)
+}
+
+/// Tool names come from the agent: keep the audit log printable and short.
+fn sanitize_tool_name(name: &str) -> String {
+    name.chars().filter(|c| !c.is_control()).take(64).collect()
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

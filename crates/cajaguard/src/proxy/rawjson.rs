@@ -1,0 +1,192 @@
+//! JSON handled without re-encoding: an object as an ordered list of raw members, so that the proxy
+//! can add one member (`_meta.cajaguard`, `resultType`) and leave every other byte as the shop or
+//! the agent wrote it; and a check for duplicate keys, which a gated call must not hold (the shop's
+//! parser might keep the copy the gate did not read).
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// A JSON object whose members are kept raw and in order.
+#[derive(Default)]
+pub struct RawObject {
+    members: Vec<(String, Box<RawValue>)>,
+}
+
+impl RawObject {
+    /// `None` when `json` is not an object.
+    pub fn parse(json: &str) -> Option<RawObject> {
+        let members: OrderedMembers = serde_json::from_str(json).ok()?;
+        Some(RawObject { members: members.0 })
+    }
+
+    pub fn get(&self, key: &str) -> Option<&RawValue> {
+        self.members
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| &**v)
+    }
+
+    /// Replaces the member `key` (keeping its place) or appends it.
+    pub fn set(&mut self, key: &str, value: Box<RawValue>) {
+        match self.members.iter_mut().find(|(k, _)| k == key) {
+            Some(member) => member.1 = value,
+            None => self.members.push((key.to_owned(), value)),
+        }
+    }
+
+    pub fn remove(&mut self, key: &str) -> Option<Box<RawValue>> {
+        let at = self.members.iter().position(|(k, _)| k == key)?;
+        Some(self.members.remove(at).1)
+    }
+
+    pub fn to_json(&self) -> String {
+        let mut out = String::with_capacity(
+            2 + self
+                .members
+                .iter()
+                .map(|(k, v)| k.len() + v.get().len() + 4)
+                .sum::<usize>(),
+        );
+        out.push('{');
+        for (i, (key, value)) in self.members.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            // A key re-encoded by serde_json is the same string; only its escapes may differ.
+            out.push_str(&serde_json::to_string(key).unwrap_or_else(|_| "\"\"".to_owned()));
+            out.push(':');
+            out.push_str(value.get());
+        }
+        out.push('}');
+        out
+    }
+}
+
+struct OrderedMembers(Vec<(String, Box<RawValue>)>);
+
+impl<'de> serde::Deserialize<'de> for OrderedMembers {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MembersVisitor;
+        impl<'de> Visitor<'de> for MembersVisitor {
+            type Value = OrderedMembers;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut members = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let value: Box<RawValue> = map.next_value()?;
+                    members.push((key, value));
+                }
+                Ok(OrderedMembers(members))
+            }
+        }
+        deserializer.deserialize_map(MembersVisitor)
+    }
+}
+
+/// The first duplicated key anywhere in `json` (at any depth), or `None`. Invalid JSON is reported
+/// as `Err`. Keys are compared after unescaping, as a parser would.
+pub fn find_duplicate_key(json: &str) -> Result<Option<String>, serde_json::Error> {
+    let mut found = None;
+    let mut deserializer = serde_json::Deserializer::from_str(json);
+    DupSeed { found: &mut found }.deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(found)
+}
+
+struct DupSeed<'f> {
+    found: &'f mut Option<String>,
+}
+
+impl<'de> DeserializeSeed<'de> for DupSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DupSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq
+            .next_element_seed(DupSeed {
+                found: &mut *self.found,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if self.found.is_none() && !seen.insert(key.clone()) {
+                *self.found = Some(key);
+            }
+            if self.found.is_some() {
+                map.next_value::<IgnoredAny>()?;
+            } else {
+                map.next_value_seed(DupSeed {
+                    found: &mut *self.found,
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_object_keeps_every_other_byte() {
+        let json = r#"{"b": 1.50, "a":{"x" : [1,2]},"c":"\u00e9"}"#;
+        let mut object = RawObject::parse(json).unwrap();
+        object.set("d", RawValue::from_string("true".into()).unwrap());
+        assert_eq!(
+            object.to_json(),
+            r#"{"b":1.50,"a":{"x" : [1,2]},"c":"\u00e9","d":true}"#
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_are_found_at_any_depth() {
+        assert_eq!(
+            find_duplicate_key(r#"{"a":1,"b":{"c":[{"d":1,"d":2}]}}"#).unwrap(),
+            Some("d".into())
+        );
+        assert_eq!(
+            find_duplicate_key(r#"{"a":1,"\u0061":2}"#).unwrap(),
+            Some("a".into())
+        );
+        assert_eq!(
+            find_duplicate_key(r#"{"a":{"a":1},"b":[{"a":2}]}"#).unwrap(),
+            None
+        );
+        assert!(find_duplicate_key(r#"{"a":1"#).is_err());
+    }
+}

@@ -1,0 +1,46 @@
+//! Which tools the agent sees: the UCP shopping tools the shop offers, unchanged, and CajaGuard's
+//! own two read-only tools. Nothing else reaches the shop.
+
+/// The UCP shopping tools of the pinned `mcp.openrpc.json`.
+pub const UCP_TOOLS: &[&str] = &[
+    "create_checkout",
+    "get_checkout",
+    "update_checkout",
+    "complete_checkout",
+    "cancel_checkout",
+    "create_cart",
+    "get_cart",
+    "update_cart",
+    "cancel_cart",
+    "search_catalog",
+    "lookup_catalog",
+    "get_product",
+    "get_order",
+];
+
+pub const GATED_TOOL: &str = "complete_checkout";
+pub const STATUS_TOOL: &str = "cajaguard_status";
+pub const APPROVAL_STATUS_TOOL: &str = "cajaguard_approval_status";
+
+pub fn is_ucp_tool(name: &str) -> bool {
+    UCP_TOOLS.contains(&name)
+}
+
+/// The two tools CajaGuard adds to the list, as JSON objects.
+pub fn own_tools() -> [&'static str; 2] {
+    [
+        r#"{"name":"cajaguard_status","title":"CajaGuard status","description":"CajaGuard's spend gate: mode, merchant allowlist, caps per currency with spend, in-flight reservations and headroom over the rolling window, and payments waiting for a human approval. Read-only.","inputSchema":{"type":"object","properties":{},"additionalProperties":false},"annotations":{"readOnlyHint":true,"openWorldHint":false}}"#,
+        r#"{"name":"cajaguard_approval_status","title":"CajaGuard approval status","description":"Whether a human has decided a blocked payment: pending, approved, used, denied or invalid. Agents cannot approve; a human runs `cajaguard approve <request_id>`.","inputSchema":{"type":"object","properties":{"request_id":{"type":"string","description":"The request_id of a blocked complete_checkout (cg-...)"}},"required":["request_id"],"additionalProperties":false},"annotations":{"readOnlyHint":true,"openWorldHint":false}}"#,
+    ]
+}
+
+/// The name of a raw tool definition from the shop.
+pub fn tool_name(tool: &serde_json::value::RawValue) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        name: String,
+    }
+    serde_json::from_str::<Named>(tool.get())
+        .ok()
+        .map(|n| n.name)
+}

@@ -1,0 +1,79 @@
+//! The status document: the same JSON for `cajaguard status --json` and the `cajaguard_status` tool.
+
+use cajaguard_core::money::{self, Currency};
+use cajaguard_core::policy::{Mode, Policy};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::store::{Store, StoreError, WindowSpend};
+
+pub fn document(policy: &Policy, store: &Store, now: OffsetDateTime) -> Result<Value, StoreError> {
+    let spend = store.window_spend(policy.window, now)?;
+    let mut caps = serde_json::Map::new();
+    for (code, cap) in &policy.caps {
+        let used = spend.get(code).copied().unwrap_or_default();
+        caps.insert(
+            code.clone(),
+            cap_entry(
+                cap.currency,
+                cap.approval_above,
+                cap.per_transaction,
+                cap.window,
+                used,
+            ),
+        );
+    }
+    let pending: Vec<Value> = store
+        .pending()?
+        .into_iter()
+        .map(|row| {
+            let request = &row.request;
+            let total = match Currency::from_code(&request.currency) {
+                Ok(currency) => Value::String(money::format_major(request.total, currency)),
+                Err(_) => Value::Null,
+            };
+            json!({
+                "request_id": request.request_id.as_str(),
+                "merchant": request.merchant,
+                "checkout_id": request.checkout_id,
+                "currency": request.currency,
+                "total": total,
+                "total_minor": request.total,
+                "created_at": row.created_at.format(&Rfc3339).unwrap_or_default(),
+            })
+        })
+        .collect();
+    Ok(json!({
+        "mode": match policy.mode { Mode::Test => "test", Mode::Live => "live" },
+        "window_hours": policy.window.as_secs() / 3600,
+        "merchants": policy.merchants,
+        "caps": caps,
+        "pending": pending,
+    }))
+}
+
+fn cap_entry(
+    currency: Currency,
+    approval_above: i64,
+    per_transaction: i64,
+    window: i64,
+    used: WindowSpend,
+) -> Value {
+    let major = |minor: i64| money::format_major(minor, currency);
+    let remaining = window
+        .saturating_sub(used.settled)
+        .saturating_sub(used.in_flight)
+        .max(0);
+    json!({
+        "approval_above": major(approval_above),
+        "per_transaction": major(per_transaction),
+        "window": major(window),
+        "spent": major(used.settled),
+        "in_flight": major(used.in_flight),
+        "remaining": major(remaining),
+        "spent_minor": used.settled,
+        "in_flight_minor": used.in_flight,
+        "remaining_minor": remaining,
+    })
+}

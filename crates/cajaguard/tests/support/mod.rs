@@ -1,0 +1,358 @@
+//! A keyless world for end-to-end tests: a fresh temp dir with a config, an approver key made by
+//! `cajaguard keygen`, the real fixture shop behind a real `cajaguard mcp` child process, and the
+//! shop's own record of every call it received.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+pub const AGENT: &str = "https://agent.example/profiles/test.json";
+pub const TEST_TOKEN: &str = "cg_test_e2e_token_01";
+pub const TEST_HANDLER: &str = "fixture_test_handler";
+
+pub fn cajaguard_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cajaguard"))
+}
+
+/// The fixture is another package's binary: it sits in the same target folder when the workspace
+/// was built (`cargo test --workspace` builds it before any test runs).
+pub fn fixture_bin() -> PathBuf {
+    let path = cajaguard_bin().with_file_name("cajaguard-fixture-shop");
+    assert!(
+        path.is_file(),
+        "{} is missing: run the tests with `cargo test --workspace` (or `cargo build -p cajaguard-fixture-shop` first)",
+        path.display()
+    );
+    path
+}
+
+pub struct World {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub home: PathBuf,
+    pub shop_state: PathBuf,
+    pub key_dir: PathBuf,
+}
+
+pub struct Options {
+    pub mode: &'static str,
+    pub caps: Value,
+    pub merchants: Vec<&'static str>,
+    pub max_ttl_minutes: u64,
+    pub timeout_seconds: u64,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            mode: "test",
+            caps: json!({
+                "USD": { "approval_above": "50.00", "per_transaction": "100.00", "window": "150.00" },
+                "JPY": { "approval_above": "5000", "per_transaction": "12000", "window": "20000" }
+            }),
+            merchants: vec!["demo-outfitters.example", "tokyo-tea.example"],
+            max_ttl_minutes: 15,
+            timeout_seconds: 10,
+        }
+    }
+}
+
+impl World {
+    pub fn new() -> World {
+        World::with(Options::default())
+    }
+
+    pub fn with(options: Options) -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let key_dir = root.join("keys");
+        let status = Command::new(cajaguard_bin())
+            .args(["keygen", "--out"])
+            .arg(&key_dir)
+            .env_remove("CAJAGUARD_KEY_DIR")
+            .env("HOME", &root)
+            .env("XDG_CONFIG_HOME", root.join("xdg"))
+            .output()
+            .unwrap();
+        assert!(
+            status.status.success(),
+            "keygen failed: {}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+        let config = root.join("cajaguard.json");
+        let document = json!({
+            "mode": options.mode,
+            "home": "home",
+            "downstream": {
+                "command": fixture_bin(),
+                "args": ["--state", root.join("shop")],
+                "timeout_seconds": options.timeout_seconds,
+            },
+            "merchants": options.merchants,
+            "caps": options.caps,
+            "window_hours": 24,
+            "approvals": { "trusted_keys": ["keys/approver.pub.pem"], "max_ttl_minutes": options.max_ttl_minutes },
+            "test_mode": { "handler_ids": [TEST_HANDLER], "token_pattern": "^cg_test_[A-Za-z0-9_]{8,}$" },
+        });
+        std::fs::write(&config, serde_json::to_string_pretty(&document).unwrap()).unwrap();
+        World {
+            home: root.join("home"),
+            shop_state: root.join("shop"),
+            key_dir,
+            config,
+            dir,
+        }
+    }
+
+    /// `cajaguard mcp --config FILE` as a child process, initialized.
+    pub fn proxy(&self) -> Mcp {
+        let mut child = Command::new(cajaguard_bin())
+            .args(["mcp", "--config"])
+            .arg(&self.config)
+            .env("HOME", self.dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut mcp = Mcp {
+            child,
+            stdin,
+            stdout,
+            next_id: 0,
+        };
+        let init = mcp.request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}),
+        );
+        assert!(init.get("result").is_some(), "initialize failed: {init}");
+        mcp.notify("notifications/initialized", json!({}));
+        mcp
+    }
+
+    /// Runs `cajaguard ARGS --config FILE` with the world's key dir.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(cajaguard_bin())
+            .args(args)
+            .arg("--config")
+            .arg(&self.config)
+            .env("CAJAGUARD_KEY_DIR", &self.key_dir)
+            .env("HOME", self.dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// Every call the shop received, in order: `(tool, arguments)`.
+    pub fn shop_calls(&self) -> Vec<(String, Value)> {
+        let Ok(text) = std::fs::read_to_string(self.shop_state.join("calls.jsonl")) else {
+            return Vec::new();
+        };
+        text.lines()
+            .map(|line| {
+                let v: Value = serde_json::from_str(line).unwrap();
+                (
+                    v["tool"].as_str().unwrap().to_owned(),
+                    v["arguments"].clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// How many `complete_checkout` calls for this checkout reached the shop.
+    pub fn completes_reaching_shop(&self, checkout_id: &str) -> usize {
+        self.shop_calls()
+            .iter()
+            .filter(|(tool, args)| tool == "complete_checkout" && args["id"] == checkout_id)
+            .count()
+    }
+
+    pub fn approvals_dir(&self) -> PathBuf {
+        self.home.join("approvals")
+    }
+}
+
+pub struct Mcp {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl Mcp {
+    pub fn send_line(&mut self, line: &str) {
+        self.stdin.write_all(line.as_bytes()).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    pub fn read_message(&mut self) -> Value {
+        let mut line = String::new();
+        let n = self.stdout.read_line(&mut line).unwrap();
+        assert!(n > 0, "the proxy closed its output");
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("not JSON from the proxy ({e}): {line}"))
+    }
+
+    /// Sends a request and returns the response with its id (skipping notifications).
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send_line(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
+        );
+        loop {
+            let message = self.read_message();
+            if message.get("id") == Some(&json!(id)) {
+                return message;
+            }
+        }
+    }
+
+    pub fn notify(&mut self, method: &str, params: Value) {
+        self.send_line(&json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string());
+    }
+
+    /// `tools/call`; returns the result object (panics on a JSON-RPC error).
+    pub fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        let response = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
+        match response.get("result") {
+            Some(result) => result.clone(),
+            None => panic!("{tool} answered with a JSON-RPC error: {response}"),
+        }
+    }
+
+    pub fn tool_names(&mut self) -> Vec<String> {
+        let response = self.request("tools/list", json!({}));
+        response["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// Creates a checkout for `quantity` x the product with this fixture slug; returns its id.
+    pub fn create_checkout(&mut self, slug: &str, quantity: u64) -> String {
+        let result = self.call(
+            "create_checkout",
+            json!({
+                "meta": { "ucp-agent": { "profile": AGENT }, "idempotency-key": uuid() },
+                "checkout": { "line_items": [{ "item": { "id": format!("gid://fixture/Product/{slug}") }, "quantity": quantity }] },
+            }),
+        );
+        assert_ne!(
+            result["isError"],
+            json!(true),
+            "create_checkout failed: {result}"
+        );
+        result["structuredContent"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// Replaces the checkout's line items (the basket changes).
+    pub fn set_quantity(&mut self, checkout_id: &str, slug: &str, quantity: u64) {
+        let result = self.call(
+            "update_checkout",
+            json!({
+                "meta": { "ucp-agent": { "profile": AGENT }, "idempotency-key": uuid() },
+                "id": checkout_id,
+                "checkout": { "line_items": [{ "item": { "id": format!("gid://fixture/Product/{slug}") }, "quantity": quantity }] },
+            }),
+        );
+        assert_ne!(
+            result["isError"],
+            json!(true),
+            "update_checkout failed: {result}"
+        );
+    }
+
+    /// `complete_checkout` with one instrument; `extra` is merged into `checkout`.
+    pub fn complete(
+        &mut self,
+        checkout_id: &str,
+        instrument: Value,
+        key: &str,
+        extra: Value,
+    ) -> Value {
+        let mut checkout = json!({ "payment": { "instruments": [instrument] } });
+        if let (Some(target), Some(extra)) = (checkout.as_object_mut(), extra.as_object()) {
+            for (k, v) in extra {
+                target.insert(k.clone(), v.clone());
+            }
+        }
+        self.call(
+            "complete_checkout",
+            json!({
+                "meta": { "ucp-agent": { "profile": AGENT }, "idempotency-key": key },
+                "id": checkout_id,
+                "checkout": checkout,
+            }),
+        )
+    }
+
+    pub fn pay(&mut self, checkout_id: &str) -> Value {
+        self.complete(
+            checkout_id,
+            instrument(TEST_HANDLER, TEST_TOKEN),
+            &uuid(),
+            json!({}),
+        )
+    }
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn instrument(handler: &str, token: &str) -> Value {
+    json!({ "id": "pi_1", "handler_id": handler, "type": "card", "credential": { "type": "token", "token": token } })
+}
+
+/// A random v4-shaped UUID (tests need unique idempotency keys, not cryptographic ones).
+pub fn uuid() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).unwrap();
+    let h = hex::encode(bytes);
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..32]
+    )
+}
+
+/// `(verdict, reason, request_id)` from a complete_checkout result: `_meta.cajaguard` when the
+/// call went through, `structuredContent.cajaguard` when it was refused.
+pub fn verdict(result: &Value) -> (String, String, Option<String>) {
+    let gate = if result["structuredContent"].get("cajaguard").is_some() {
+        &result["structuredContent"]["cajaguard"]
+    } else {
+        &result["_meta"]["cajaguard"]
+    };
+    (
+        gate["verdict"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no verdict in {result}"))
+            .to_owned(),
+        gate["reason"].as_str().unwrap_or("").to_owned(),
+        gate["request_id"].as_str().map(str::to_owned),
+    )
+}
+
+pub fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
