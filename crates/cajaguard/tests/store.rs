@@ -1,0 +1,1162 @@
+//! The durable store: home safety, the ledger's arithmetic (reserve, settle, release, the window),
+//! pending requests, approvals and the audit log. `decide` closures here build outcomes directly, so
+//! the store is tested apart from the gate's rules.
+
+use std::fs;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use cajaguard::store::{ApprovalStatus, AuditRecord, DB_FILE, Store, StoreError, WindowSpend};
+use cajaguard_core::approval::{
+    self, ApprovalDocument, ApprovalTerms, BasketDigest, Decision, RequestId, SigningKey,
+    TrustedKeys,
+};
+use cajaguard_core::gate::{
+    ApprovalCandidate, CheckoutLedger, Effect, LedgerView, Outcome, PendingRequest, Reason, Ruling,
+    Verdict,
+};
+use cajaguard_core::quote::Quote;
+use cajaguard_core::request::CompleteRequest;
+use cajaguard_core::settle::Settlement;
+use time::OffsetDateTime;
+use time::macros::datetime;
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+const NOW: OffsetDateTime = datetime!(2026-03-02 10:30 UTC);
+
+fn home() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    (dir, home)
+}
+
+fn rid(n: u64) -> RequestId {
+    RequestId::parse(&format!("cg-{n:016x}")).unwrap()
+}
+
+fn request(checkout: &str, key: &str) -> CompleteRequest {
+    CompleteRequest {
+        checkout_id: checkout.to_owned(),
+        idempotency_key: key.to_owned(),
+        agent_profile: "https://agent.example/profile".to_owned(),
+        handler_ids: vec!["fixture_test_handler".to_owned()],
+    }
+}
+
+fn quote(checkout: &str, currency: &str, total: i64) -> Quote {
+    Quote {
+        checkout_id: checkout.to_owned(),
+        status: "ready_for_complete".to_owned(),
+        currency: currency.to_owned(),
+        total,
+        line_items: vec![],
+        merchant: Some("demo-outfitters.example".to_owned()),
+    }
+}
+
+fn ruling(verdict: Verdict, reason: Reason) -> Ruling {
+    Ruling {
+        verdict,
+        reason,
+        detail: String::new(),
+        request_id: None,
+        next: None,
+    }
+}
+
+fn forward(currency: &str, total: i64, nonce: Option<&str>) -> Outcome {
+    Outcome {
+        ruling: ruling(Verdict::Allow, Reason::WithinCaps),
+        effect: Effect::Forward {
+            currency: currency.to_owned(),
+            total,
+            merchant: "demo-outfitters.example".to_owned(),
+            use_approval_nonce: nonce.map(str::to_owned),
+        },
+    }
+}
+
+fn refuse(pending: Option<PendingRequest>) -> Outcome {
+    Outcome {
+        ruling: ruling(Verdict::Blocked, Reason::PendingApproval),
+        effect: Effect::Refuse { pending },
+    }
+}
+
+fn record(now: OffsetDateTime) -> AuditRecord {
+    AuditRecord {
+        at: now,
+        tool: "complete_checkout".to_owned(),
+        verdict: String::new(),
+        reason: String::new(),
+        merchant: None,
+        currency: None,
+        total: None,
+        request_id: None,
+        idempotency_key: None,
+        checkout_id: None,
+        latency: Duration::from_micros(250),
+        note: None,
+    }
+}
+
+/// Runs one gate whose decision is `outcome`, returning what `decide` saw.
+fn gate_with(
+    store: &Store,
+    checkout: &str,
+    key: &str,
+    currency: &str,
+    total: i64,
+    now: OffsetDateTime,
+    outcome: Outcome,
+) -> Result<(LedgerView, Vec<ApprovalCandidate>), StoreError> {
+    gate_id(store, &rid(1), checkout, key, currency, total, now, outcome)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gate_id(
+    store: &Store,
+    id: &RequestId,
+    checkout: &str,
+    key: &str,
+    currency: &str,
+    total: i64,
+    now: OffsetDateTime,
+    outcome: Outcome,
+) -> Result<(LedgerView, Vec<ApprovalCandidate>), StoreError> {
+    let mut seen = None;
+    let mut outcome = Some(outcome);
+    let mut calls = 0;
+    store.gate(
+        &request(checkout, key),
+        &quote(checkout, currency, total),
+        id,
+        DAY,
+        now,
+        &mut |view, approvals| {
+            calls += 1;
+            seen = Some((view.clone(), approvals.to_vec()));
+            outcome.take().unwrap()
+        },
+        &record(now),
+    )?;
+    assert_eq!(calls, 1, "decide is called exactly once");
+    Ok(seen.unwrap())
+}
+
+fn spend(store: &Store, now: OffsetDateTime, currency: &str) -> WindowSpend {
+    store
+        .window_spend(DAY, now)
+        .unwrap()
+        .get(currency)
+        .copied()
+        .unwrap_or_default()
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+fn db(store: &Store) -> rusqlite::Connection {
+    rusqlite::Connection::open(store.database_path()).unwrap()
+}
+
+// ---- home ----
+
+#[test]
+fn open_creates_a_private_home() {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    gate_with(
+        &store,
+        "c1",
+        "k1",
+        "USD",
+        100,
+        NOW,
+        forward("USD", 100, None),
+    )
+    .unwrap();
+    assert_eq!(mode(&home), 0o700);
+    assert_eq!(mode(&home.join("approvals")), 0o700);
+    let mut files = 0;
+    for entry in fs::read_dir(&home).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            files += 1;
+            assert_eq!(mode(&entry.path()), 0o600, "{}", entry.path().display());
+        }
+    }
+    assert!(files >= 2, "the database and its WAL");
+    let mode: String = db(&store)
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[test]
+fn open_narrows_an_existing_database_to_0600() {
+    let (_tmp, home) = home();
+    drop(Store::open(&home).unwrap());
+    fs::set_permissions(home.join(DB_FILE), fs::Permissions::from_mode(0o644)).unwrap();
+    drop(Store::open(&home).unwrap());
+    assert_eq!(mode(&home.join(DB_FILE)), 0o600);
+}
+
+#[test]
+fn open_refuses_a_world_writable_home() {
+    let (_tmp, home) = home();
+    fs::create_dir(&home).unwrap();
+    fs::set_permissions(&home, fs::Permissions::from_mode(0o777)).unwrap();
+    let err = Store::open(&home).err().unwrap();
+    assert!(matches!(err, StoreError::Unsafe { .. }), "{err}");
+    assert!(err.to_string().contains("chmod 700"), "{err}");
+}
+
+#[test]
+fn open_refuses_a_symlinked_database_or_approvals_dir() {
+    let (tmp, home) = home();
+    fs::create_dir(&home).unwrap();
+    fs::set_permissions(&home, fs::Permissions::from_mode(0o700)).unwrap();
+    let elsewhere = tmp.path().join("elsewhere.db");
+    fs::write(&elsewhere, b"").unwrap();
+    symlink(&elsewhere, home.join(DB_FILE)).unwrap();
+    assert!(matches!(Store::open(&home), Err(StoreError::Unsafe { .. })));
+
+    fs::remove_file(home.join(DB_FILE)).unwrap();
+    let _ = fs::remove_dir(home.join("approvals"));
+    let outside = tmp.path().join("outside");
+    fs::create_dir(&outside).unwrap();
+    symlink(&outside, home.join("approvals")).unwrap();
+    assert!(matches!(Store::open(&home), Err(StoreError::Unsafe { .. })));
+}
+
+#[test]
+fn two_stores_open_one_fresh_home() {
+    let (_tmp, home) = home();
+    let a = Store::open(&home).unwrap();
+    let b = Store::open(&home).unwrap();
+    gate_with(&a, "c1", "k1", "USD", 100, NOW, forward("USD", 100, None)).unwrap();
+    assert_eq!(spend(&b, NOW, "USD").in_flight, 100);
+}
+
+// ---- ledger ----
+
+#[test]
+fn forward_reserves_and_the_window_sees_it() {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    let (view, approvals) = gate_with(
+        &store,
+        "c1",
+        "k1",
+        "USD",
+        4500,
+        NOW,
+        forward("USD", 4500, None),
+    )
+    .unwrap();
+    assert_eq!(
+        view,
+        LedgerView {
+            window_spent: 0,
+            checkout: CheckoutLedger::Fresh
+        }
+    );
+    assert!(approvals.is_empty());
+    assert_eq!(
+        spend(&store, NOW, "USD"),
+        WindowSpend {
+            settled: 0,
+            in_flight: 4500
+        }
+    );
+
+    // Another checkout sees it; the same checkout sees itself in flight, not in the window.
+    let (other, _) = gate_with(&store, "c2", "k2", "USD", 100, NOW, refuse(None)).unwrap();
+    assert_eq!(other.window_spent, 4500);
+    let (same, _) = gate_with(&store, "c1", "k1", "USD", 4500, NOW, refuse(None)).unwrap();
+    assert_eq!(
+        same,
+        LedgerView {
+            window_spent: 0,
+            checkout: CheckoutLedger::InFlight {
+                idempotency_key: "k1".to_owned(),
+                total: 4500
+            }
+        }
+    );
+    // Other currencies are apart.
+    let (jpy, _) = gate_with(&store, "c3", "k3", "JPY", 1800, NOW, refuse(None)).unwrap();
+    assert_eq!(jpy.window_spent, 0);
+
+    let in_flight = store.in_flight().unwrap();
+    assert_eq!(in_flight.len(), 1);
+    assert_eq!(
+        (in_flight[0].checkout_id.as_str(), in_flight[0].total),
+        ("c1", 4500)
+    );
+    assert_eq!(in_flight[0].reserved_at, NOW);
+}
+
+#[test]
+fn settle_completed_counts_once_and_is_idempotent() {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    gate_with(
+        &store,
+        "c1",
+        "k1",
+        "USD",
+        8900,
+        NOW,
+        forward("USD", 8900, None),
+    )
+    .unwrap();
+    let done = Settlement::Completed {
+        charged: 9900,
+        mismatch: true,
+    };
+    store.settle("c1", "k1", &done, NOW).unwrap();
+    assert_eq!(
+        spend(&store, NOW, "USD"),
+        WindowSpend {
+            settled: 9900,
+            in_flight: 0
+        }
+    );
+    store.settle("c1", "k1", &done, NOW).unwrap();
+    store
+        .settle(
+            "c1",
+            "k1",
+            &Settlement::Completed {
+                charged: 8900,
+                mismatch: false,
+            },
+            NOW,
+        )
+        .unwrap();
+    assert_eq!(
+        spend(&store, NOW, "USD"),
+        WindowSpend {
+            settled: 9900,
+            in_flight: 0
+        }
+    );
+    // Settled spend is never released.
+    store
+        .settle("c1", "k1", &Settlement::Released, NOW)
+        .unwrap();
+    assert_eq!(
+        spend(&store, NOW, "USD"),
+        WindowSpend {
+            settled: 9900,
+            in_flight: 0
+        }
+    );
+    assert!(store.in_flight().unwrap().is_empty());
+
+    let (view, _) = gate_with(&store, "c1", "k2", "USD", 8900, NOW, refuse(None)).unwrap();
+    assert_eq!(
+        view,
+        LedgerView {
+            window_spent: 0,
+            checkout: CheckoutLedger::Settled { total: 9900 }
+        }
+    );
+    // A settled checkout is never reserved again (that would count its spend twice or lose it).
+    let err = gate_with(
+        &store,
+        "c1",
+        "k2",
+        "USD",
+        8900,
+        NOW,
+        forward("USD", 8900, None),
+    )
+    .err()
+    .unwrap();
+    assert!(matches!(err, StoreError::Inconsistent(_)), "{err}");
+    assert_eq!(
+        spend(&store, NOW, "USD"),
+        WindowSpend {
+            settled: 9900,
+            in_flight: 0
+        }
+    );
+}
+
+#[test]
+fn settle_released_frees_the_reservation_and_unknown_keeps_it() {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    gate_with(
+        &store,
+        "c1",
+        "k1",
+        "USD",
+        8900,
+        NOW,
+        forward("USD", 8900, None),
+    )
+    .unwrap();
+    store.settle("c1", "k1", &Settlement::Unknown, NOW).unwrap();
+    assert_eq!(spend(&store, NOW, "USD").in_flight, 8900);
+    assert_eq!(store.in_flight().unwrap().len(), 1);
+
+    // An outcome for another attempt's key does not touch this one.
+    store
+        .settle("c1", "other-key", &Settlement::Released, NOW)
+        .unwrap();
+    assert_eq!(spend(&store, NOW, "USD").in_flight, 8900);
+
+    store
+        .settle("c1", "k1", &Settlement::Released, NOW)
+        .unwrap();
+    store
+        .settle("c1", "k1", &Settlement::Released, NOW)
+        .unwrap();
+    assert_eq!(spend(&store, NOW, "USD"), WindowSpend::default());
+    let (view, _) = gate_with(
+        &store,
+        "c1",
+        "k2",
+        "USD",
+        8900,
+        NOW,
+        forward("USD", 8900, None),
+    )
+    .unwrap();
+    assert_eq!(view.checkout, CheckoutLedger::Fresh);
+    assert_eq!(spend(&store, NOW, "USD").in_flight, 8900);
+
+    // Settling a checkout the ledger never saw changes nothing.
+    store
+        .settle(
+            "nope",
+            "k",
+            &Settlement::Completed {
+                charged: 1,
+                mismatch: false,
+            },
+            NOW,
+        )
+        .unwrap();
+    assert_eq!(
+        spend(&store, NOW, "USD"),
+        WindowSpend {
+            settled: 0,
+            in_flight: 8900
+        }
+    );
+}
+
+#[test]
+fn a_new_attempt_replaces_the_old_reservation() {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    gate_with(
+        &store,
+        "c1",
+        "k1",
+        "USD",
+        4500,
+        NOW,
+        forward("USD", 4500, None),
+    )
+    .unwrap();
+    gate_with(
+        &store,
+        "c1",
+        "k2",
+        "USD",
+        4600,
+        NOW,
+        forward("USD", 4600, None),
+    )
+    .unwrap();
+    assert_eq!(spend(&store, NOW, "USD").in_flight, 4600);
+    let in_flight = store.in_flight().unwrap();
+    assert_eq!(in_flight.len(), 1);
+    assert_eq!(in_flight[0].idempotency_key, "k2");
+}
+
+#[test]
+fn a_retry_needs_its_reservation() {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    let retry = || Outcome {
+        ruling: ruling(Verdict::Allow, Reason::IdempotentRetry),
+        effect: Effect::Retry,
+    };
+    let err = gate_with(&store, "c1", "k1", "USD", 4500, NOW, retry())
+        .err()
+        .unwrap();
+    assert!(matches!(err, StoreError::Inconsistent(_)), "{err}");
+    gate_with(
+        &store,
+        "c1",
+        "k1",
+        "USD",
+        4500,
+        NOW,
+        forward("USD", 4500, None),
+    )
+    .unwrap();
+    gate_with(&store, "c1", "k1", "USD", 4500, NOW, retry()).unwrap();
+    assert!(gate_with(&store, "c1", "k2", "USD", 4500, NOW, retry()).is_err());
+    assert_eq!(spend(&store, NOW, "USD").in_flight, 4500);
+}
+
+#[test]
+fn the_window_ends_at_whole_hours_and_errs_high() {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    // 30 h ago: outside a 24 h window.
+    gate_with(
+        &store,
+        "old",
+        "k",
+        "USD",
+        1000,
+        datetime!(2026-03-01 04:30 UTC),
+        forward("USD", 1000, None),
+    )
+    .unwrap();
+    // 24 h 20 min ago, in the hour bucket that the window's start falls into: counted (fail closed).
+    gate_with(
+        &store,
+        "edge",
+        "k",
+        "USD",
+        200,
+        datetime!(2026-03-01 10:10 UTC),
+        forward("USD", 200, None),
+    )
+    .unwrap();
+    // 25 h 10 min ago: the bucket before, not counted.
+    gate_with(
+        &store,
+        "before",
+        "k",
+        "USD",
+        30,
+        datetime!(2026-03-01 09:20 UTC),
+        forward("USD", 30, None),
+    )
+    .unwrap();
+    gate_with(&store, "now", "k", "USD", 4, NOW, forward("USD", 4, None)).unwrap();
+    let (view, _) = gate_with(&store, "next", "k", "USD", 1, NOW, refuse(None)).unwrap();
+    assert_eq!(view.window_spent, 204);
+    assert_eq!(spend(&store, NOW, "USD").in_flight, 204);
+    // An hour later the edge bucket has left too.
+    assert_eq!(
+        spend(&store, datetime!(2026-03-02 11:30 UTC), "USD").in_flight,
+        4
+    );
+    // Settling an old reservation adjusts its own (old) bucket, not the current one.
+    store
+        .settle(
+            "edge",
+            "k",
+            &Settlement::Completed {
+                charged: 250,
+                mismatch: true,
+            },
+            NOW,
+        )
+        .unwrap();
+    assert_eq!(
+        spend(&store, NOW, "USD"),
+        WindowSpend {
+            settled: 250,
+            in_flight: 4
+        }
+    );
+    assert_eq!(
+        spend(&store, datetime!(2026-03-02 11:30 UTC), "USD"),
+        WindowSpend {
+            settled: 0,
+            in_flight: 4
+        }
+    );
+}
+
+#[test]
+fn a_failed_effect_applies_nothing() {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    gate_with(
+        &store,
+        "c1",
+        "k1",
+        "USD",
+        100,
+        NOW,
+        forward("USD", 100, Some("00112233445566778899aabbccddeeff")),
+    )
+    .unwrap();
+    let audits: i64 = db(&store)
+        .query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0))
+        .unwrap();
+    // Marking the same nonce used again fails: the reservation made before it in the same
+    // transaction is rolled back and no audit row is written.
+    let err = gate_with(
+        &store,
+        "c2",
+        "k2",
+        "USD",
+        200,
+        NOW,
+        forward("USD", 200, Some("00112233445566778899aabbccddeeff")),
+    )
+    .err()
+    .unwrap();
+    assert!(matches!(err, StoreError::Database(_)), "{err}");
+    assert_eq!(spend(&store, NOW, "USD").in_flight, 100);
+    assert_eq!(store.in_flight().unwrap().len(), 1);
+    let after: i64 = db(&store)
+        .query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(after, audits);
+}
+
+#[test]
+fn a_panicking_decide_leaves_the_store_usable() {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = store.gate(
+            &request("c1", "k1"),
+            &quote("c1", "USD", 100),
+            &rid(1),
+            DAY,
+            NOW,
+            &mut |_, _| panic!("decide failed"),
+            &record(NOW),
+        );
+    }));
+    assert!(result.is_err());
+    gate_with(
+        &store,
+        "c1",
+        "k1",
+        "USD",
+        100,
+        NOW,
+        forward("USD", 100, None),
+    )
+    .unwrap();
+    assert_eq!(spend(&store, NOW, "USD").in_flight, 100);
+}
+
+/// After any sequence of reservations and settlements, the buckets hold exactly what the ledger rows
+/// say: the window sum never drifts from the ledger.
+#[test]
+fn buckets_always_agree_with_the_ledger() {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for step in 0..400 {
+        let checkout = format!("c{}", next(40));
+        let key = format!("k{}", next(3));
+        let currency = if next(2) == 0 { "USD" } else { "JPY" };
+        let now = NOW + time::Duration::minutes(step * 7);
+        let total = next(10_000) as i64;
+        match next(5) {
+            0 | 1 => {
+                let _ = gate_with(
+                    &store,
+                    &checkout,
+                    &key,
+                    currency,
+                    total,
+                    now,
+                    forward(currency, total, None),
+                );
+            }
+            2 => store
+                .settle(&checkout, &key, &Settlement::Released, now)
+                .unwrap(),
+            3 => store
+                .settle(
+                    &checkout,
+                    &key,
+                    &Settlement::Completed {
+                        charged: total,
+                        mismatch: false,
+                    },
+                    now,
+                )
+                .unwrap(),
+            _ => store
+                .settle(&checkout, &key, &Settlement::Unknown, now)
+                .unwrap(),
+        }
+    }
+    let conn = db(&store);
+    let from_buckets: Vec<(String, i64, i64)> = conn
+        .prepare("SELECT currency, SUM(settled), SUM(in_flight) FROM spend_buckets GROUP BY currency ORDER BY currency")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let from_ledger: Vec<(String, i64, i64)> = conn
+        .prepare(
+            "SELECT currency,
+                    SUM(CASE state WHEN 'settled' THEN charged ELSE 0 END),
+                    SUM(CASE state WHEN 'in_flight' THEN reserved ELSE 0 END)
+             FROM ledger GROUP BY currency ORDER BY currency",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(from_buckets, from_ledger);
+    assert!(
+        from_buckets
+            .iter()
+            .any(|(_, settled, in_flight)| *settled > 0 && *in_flight > 0)
+    );
+}
+
+// ---- pending requests and the audit log ----
+
+fn pending_request(id: &RequestId, digest: BasketDigest, total: i64) -> PendingRequest {
+    PendingRequest {
+        request_id: id.clone(),
+        digest,
+        merchant: "demo-outfitters.example".to_owned(),
+        checkout_id: "gid://fixture/Checkout/7".to_owned(),
+        currency: "USD".to_owned(),
+        total,
+        handler_ids: vec!["fixture_test_handler".to_owned()],
+    }
+}
+
+#[test]
+fn a_block_records_the_pending_request() {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    let id = rid(7);
+    let p = pending_request(&id, BasketDigest([7; 32]), 8900);
+    gate_id(
+        &store,
+        &id,
+        "gid://fixture/Checkout/7",
+        "k1",
+        "USD",
+        8900,
+        NOW,
+        refuse(Some(p.clone())),
+    )
+    .unwrap();
+    let later = NOW + time::Duration::minutes(5);
+    gate_id(
+        &store,
+        &id,
+        "gid://fixture/Checkout/7",
+        "k2",
+        "USD",
+        8900,
+        later,
+        refuse(Some(p.clone())),
+    )
+    .unwrap();
+
+    let rows = store.pending().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].request, p);
+    assert_eq!(
+        rows[0].created_at, NOW,
+        "blocking again keeps the first time"
+    );
+    assert_eq!(store.pending_request(&id).unwrap().unwrap().request, p);
+    assert!(store.pending_request(&rid(8)).unwrap().is_none());
+}
+
+#[test]
+fn every_gate_writes_one_audit_row() {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    gate_with(
+        &store,
+        "c1",
+        "k1",
+        "USD",
+        2400,
+        NOW,
+        forward("USD", 2400, None),
+    )
+    .unwrap();
+    let mut other = record(NOW);
+    other.tool = "search_catalog".to_owned();
+    other.verdict = "allow".to_owned();
+    other.reason = "within_caps".to_owned();
+    other.note = Some("forwarded".to_owned());
+    store.audit(&other).unwrap();
+
+    let conn = db(&store);
+    let rows: Vec<(String, String, String, String, Option<String>, Option<i64>, Option<String>, Option<String>, i64)> =
+        conn.prepare(
+            "SELECT at, tool, verdict, reason, currency, total, request_id, idempotency_key, latency_us
+             FROM audit ORDER BY id",
+        )
+        .unwrap()
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    let first = &rows[0];
+    assert_eq!(first.0, "2026-03-02T10:30:00Z");
+    assert_eq!(
+        (first.1.as_str(), first.2.as_str(), first.3.as_str()),
+        ("complete_checkout", "allow", "within_caps")
+    );
+    assert_eq!((first.4.as_deref(), first.5), (Some("USD"), Some(2400)));
+    assert_eq!(first.6.as_deref(), Some(rid(1).as_str()));
+    assert_eq!(first.7.as_deref(), Some("k1"));
+    assert!(first.8 >= 250);
+    assert_eq!(
+        (rows[1].1.as_str(), rows[1].4.as_deref()),
+        ("search_catalog", None)
+    );
+}
+
+// ---- approvals ----
+
+fn signed(
+    key: &SigningKey,
+    digest: BasketDigest,
+    decision: Decision,
+    nonce: u8,
+    ttl_min: u64,
+) -> ApprovalDocument {
+    approval::sign(
+        key,
+        &ApprovalTerms {
+            request_id: digest.request_id(),
+            digest,
+            decision,
+            merchant: "demo-outfitters.example".to_owned(),
+            checkout_id: "gid://fixture/Checkout/7".to_owned(),
+            currency: "USD".to_owned(),
+            total: 8900,
+            issued_at: NOW,
+            ttl: Duration::from_secs(ttl_min * 60),
+            nonce: [nonce; 16],
+            note: String::new(),
+        },
+    )
+}
+
+#[test]
+fn write_approval_is_private_and_never_clobbers() {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    let key = SigningKey::from_seed(&[1; 32]);
+    let doc = signed(&key, BasketDigest([3; 32]), Decision::Approve, 0xab, 15);
+    let path = store.write_approval(&doc).unwrap();
+    assert_eq!(
+        path,
+        store
+            .approvals_dir()
+            .join(format!("{}-abababab.json", doc.request_id))
+    );
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(
+        ApprovalDocument::from_json(&fs::read_to_string(&path).unwrap()).unwrap(),
+        doc
+    );
+
+    let err = store.write_approval(&doc).err().unwrap();
+    assert!(
+        matches!(&err, StoreError::Write { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists),
+        "{err}"
+    );
+    // Only the approval is left: no temporary files.
+    assert_eq!(fs::read_dir(store.approvals_dir()).unwrap().count(), 1);
+
+    let mut evil = doc.clone();
+    evil.request_id = "../../escape".to_owned();
+    assert!(store.write_approval(&evil).is_err());
+}
+
+#[test]
+fn the_gate_sees_approval_files_and_their_use() {
+    let (tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    let key = SigningKey::from_seed(&[1; 32]);
+    let digest = BasketDigest([4; 32]);
+    let id = digest.request_id();
+    let doc = signed(&key, digest, Decision::Approve, 0x11, 15);
+    store.write_approval(&doc).unwrap();
+    // Junk, a link out of the home, and another request's file are not candidates.
+    fs::write(
+        store.approvals_dir().join(format!("{id}-junk.json")),
+        b"{not json",
+    )
+    .unwrap();
+    let outside = tmp.path().join("planted.json");
+    fs::write(&outside, doc.to_json_pretty()).unwrap();
+    symlink(
+        &outside,
+        store.approvals_dir().join(format!("{id}-link.json")),
+    )
+    .unwrap();
+    store
+        .write_approval(&signed(
+            &key,
+            BasketDigest([5; 32]),
+            Decision::Approve,
+            0x22,
+            15,
+        ))
+        .unwrap();
+
+    let c = "gid://fixture/Checkout/7";
+    let (_, seen) = gate_id(
+        &store,
+        &id,
+        c,
+        "k1",
+        "USD",
+        8900,
+        NOW,
+        forward("USD", 8900, Some(&doc.nonce)),
+    )
+    .unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        (seen[0].document.clone(), seen[0].used),
+        (doc.clone(), false)
+    );
+
+    let (_, seen) = gate_id(
+        &store,
+        &id,
+        "gid://fixture/Checkout/8",
+        "k1",
+        "USD",
+        8900,
+        NOW,
+        refuse(None),
+    )
+    .unwrap();
+    assert_eq!(seen.len(), 1);
+    assert!(
+        seen[0].used,
+        "a used approval is seen as used, by any later gate"
+    );
+}
+
+#[test]
+fn approval_status_follows_the_request() {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    let key = SigningKey::from_seed(&[1; 32]);
+    let trusted = TrustedKeys(vec![key.public_key()]);
+    let ttl = Duration::from_secs(15 * 60);
+    let digest = BasketDigest([6; 32]);
+    let id = digest.request_id();
+    let c = "gid://fixture/Checkout/7";
+    let status = |now| store.approval_status(&id, &trusted, now, ttl).unwrap();
+
+    assert_eq!(status(NOW), ApprovalStatus::Invalid);
+    gate_id(
+        &store,
+        &id,
+        c,
+        "k1",
+        "USD",
+        8900,
+        NOW,
+        refuse(Some(pending_request(&id, digest, 8900))),
+    )
+    .unwrap();
+    assert_eq!(status(NOW), ApprovalStatus::Pending);
+
+    // Untrusted and expired approvals leave it pending.
+    let stranger = SigningKey::from_seed(&[2; 32]);
+    store
+        .write_approval(&signed(&stranger, digest, Decision::Approve, 0x31, 15))
+        .unwrap();
+    assert_eq!(status(NOW), ApprovalStatus::Pending);
+
+    let doc = signed(&key, digest, Decision::Approve, 0x32, 5);
+    store.write_approval(&doc).unwrap();
+    assert_eq!(
+        status(NOW + time::Duration::minutes(1)),
+        ApprovalStatus::Approved
+    );
+    assert_eq!(
+        status(NOW + time::Duration::minutes(6)),
+        ApprovalStatus::Pending
+    );
+
+    gate_id(
+        &store,
+        &id,
+        c,
+        "k1",
+        "USD",
+        8900,
+        NOW,
+        forward("USD", 8900, Some(&doc.nonce)),
+    )
+    .unwrap();
+    assert_eq!(
+        status(NOW + time::Duration::minutes(1)),
+        ApprovalStatus::Used
+    );
+    assert_eq!(
+        status(NOW + time::Duration::minutes(60)),
+        ApprovalStatus::Used
+    );
+    assert!(
+        store.pending().unwrap().is_empty(),
+        "a used request waits for no one"
+    );
+    assert!(
+        store.pending_request(&id).unwrap().is_some(),
+        "but `show` still finds it"
+    );
+
+    store
+        .write_approval(&signed(&key, digest, Decision::Deny, 0x33, 15))
+        .unwrap();
+    assert_eq!(
+        status(NOW + time::Duration::minutes(1)),
+        ApprovalStatus::Denied
+    );
+}
+
+#[test]
+fn approval_status_of_a_moved_file_uses_its_own_digest() {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    let key = SigningKey::from_seed(&[1; 32]);
+    let trusted = TrustedKeys(vec![key.public_key()]);
+    let digest = BasketDigest([9; 32]);
+    let doc = signed(&key, digest, Decision::Approve, 0x41, 15);
+    store.write_approval(&doc).unwrap();
+    let status = store
+        .approval_status(
+            &digest.request_id(),
+            &trusted,
+            NOW,
+            Duration::from_secs(900),
+        )
+        .unwrap();
+    assert_eq!(status, ApprovalStatus::Approved);
+}
+
+// ---- scale: a decision costs the same with a million ledger rows ----
+
+/// Fills the ledger with `rows` settled checkouts spread over the 90 days before `now` (and their
+/// buckets), straight through SQL: going through `gate` would cost one fsync per row.
+fn seed_ledger(store: &Store, rows: u64, now: OffsetDateTime) {
+    let mut conn = db(store);
+    conn.pragma_update(None, "synchronous", "OFF").unwrap();
+    let tx = conn.transaction().unwrap();
+    {
+        let mut insert = tx
+            .prepare(
+                "INSERT INTO ledger (checkout_id, idempotency_key, merchant, currency, reserved, charged, state,
+                                     hour, reserved_at, settled_at)
+                 VALUES (?1, ?2, 'demo-outfitters.example', ?3, ?4, ?4, 'settled', ?5, ?6, ?6)",
+            )
+            .unwrap();
+        for i in 0..rows {
+            let at = now.unix_timestamp() - (i % (90 * 24)) as i64 * 3600 - (i % 3600) as i64;
+            let currency = if i % 3 == 0 { "JPY" } else { "USD" };
+            let amount = 100 + (i % 900) as i64;
+            insert
+                .execute(rusqlite::params![
+                    format!("gid://seed/Checkout/{i}"),
+                    format!("seed-{i}"),
+                    currency,
+                    amount,
+                    at.div_euclid(3600),
+                    at * 1_000_000
+                ])
+                .unwrap();
+        }
+    }
+    tx.execute(
+        "INSERT INTO spend_buckets (currency, hour, settled, in_flight)
+         SELECT currency, hour, SUM(charged), 0 FROM ledger GROUP BY currency, hour",
+        [],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+}
+
+fn scale(rows: u64) {
+    let (_tmp, home) = home();
+    let store = Store::open(&home).unwrap();
+    seed_ledger(&store, rows, NOW);
+
+    let plan = store.explain_window_query().unwrap();
+    assert!(!plan.is_empty());
+    for step in &plan {
+        assert!(
+            step.contains("spend_buckets") && step.contains("PRIMARY KEY"),
+            "{plan:?}"
+        );
+        assert!(
+            !step.contains("SCAN") && !step.contains("ledger"),
+            "{plan:?}"
+        );
+    }
+
+    // The buckets agree with a full scan of the ledger.
+    let start_hour = (NOW.unix_timestamp() - DAY.as_secs() as i64).div_euclid(3600);
+    let brute: i64 = db(&store)
+        .query_row(
+            "SELECT SUM(charged) FROM ledger WHERE currency = 'USD' AND hour >= ?1",
+            [start_hour],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(spend(&store, NOW, "USD").settled, brute);
+
+    let started = Instant::now();
+    let (view, _) = gate_with(
+        &store,
+        "fresh",
+        "k",
+        "USD",
+        100,
+        NOW,
+        forward("USD", 100, None),
+    )
+    .unwrap();
+    eprintln!("gate() over {rows} ledger rows: {:?}", started.elapsed());
+    assert_eq!(view.window_spent, brute);
+    assert_eq!(spend(&store, NOW, "USD").in_flight, 100);
+}
+
+#[test]
+fn the_window_reads_only_buckets_at_100k_rows() {
+    scale(100_000);
+}
+
+#[test]
+#[ignore = "slow (seeds a million rows); run with --ignored"]
+fn the_window_reads_only_buckets_at_1m_rows() {
+    scale(1_000_000);
+}
