@@ -105,7 +105,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    init_logging(matches!(cli.command, Command::Mcp(_)));
+    init_logging();
     let outcome = match cli.command {
         Command::Keygen(args) => keygen::run(&args),
         Command::Mcp(args) => mcp::run(&args.config),
