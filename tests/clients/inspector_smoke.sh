@@ -73,8 +73,9 @@ uuid() { node -e 'process.stdout.write(require("crypto").randomUUID())'; }
 # inspect ERA OUTFILE ARGS... : runs one Inspector CLI call, JSON result on OUTFILE, stderr kept beside it.
 inspect() {
   local era="$1" out="$2"; shift 2
-  local rc=0
-  timeout "$TIMEOUT" "$INSPECTOR" --cli --protocol-era "$era" --format json -q "$@" -- "${SERVER[@]}" \
+  local rc=0 quiet=-q
+  [ "$VERBOSE" = 1 ] && quiet=""   # -q also hides the server's own stderr
+  timeout "$TIMEOUT" "$INSPECTOR" --cli --protocol-era "$era" --format json $quiet "$@" -- "${SERVER[@]}" \
     >"$out" 2>"$out.err" || rc=$?
   if [ "$VERBOSE" = 1 ] || [ $rc -ne 0 ]; then
     echo "  [$era] inspector $* -> exit $rc" >&2
