@@ -452,7 +452,7 @@ pub fn verify(
     };
     if doc.nonce.len() < 32
         || doc.nonce.len() > 128
-        || doc.nonce.len() % 2 != 0
+        || !doc.nonce.len().is_multiple_of(2)
         || !lower_hex(&doc.nonce)
     {
         return Err(Rejection::Malformed);

@@ -1,6 +1,7 @@
 //! Table-driven tests of the gate (SPEC §4, §10) through one helper, [`run`]: tripwire and request
 //! checks ([`gate::precheck`]), the shop's quote ([`Quote::from_shop`]) and [`gate::decide`]. Every
 //! case asserts verdict and reason, that the detail holds no secret, and that the effect matches.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -56,11 +57,22 @@ struct Case {
 }
 
 fn fresh() -> LedgerView {
-    LedgerView { window_spent: 0, checkout: CheckoutLedger::Fresh }
+    LedgerView {
+        window_spent: 0,
+        checkout: CheckoutLedger::Fresh,
+    }
 }
 
 fn base(name: &'static str, shop: Value, expect: (Verdict, Reason)) -> Case {
-    Case { name, config: |_| {}, args: complete_args(), shop, ledger: fresh(), approvals: vec![], expect }
+    Case {
+        name,
+        config: |_| {},
+        args: complete_args(),
+        shop,
+        ledger: fresh(),
+        approvals: vec![],
+        expect,
+    }
 }
 
 /// The one helper: runs a case through precheck, quote and decide, and checks what every ruling
@@ -89,12 +101,21 @@ fn run(case: &Case) -> (Ruling, Option<Effect>) {
                             Signer::Untrusted => untrusted_key(),
                         };
                         let issued = NOW - time::Duration::minutes(a.issued_min_ago);
-                        let terms = terms_for(&q, &request.handler_ids, a.decision, issued, minutes(a.ttl_min));
+                        let terms = terms_for(
+                            &q,
+                            &request.handler_ids,
+                            a.decision,
+                            issued,
+                            minutes(a.ttl_min),
+                        );
                         let mut document = sign(&key, &terms);
                         if let Some(t) = a.tamper {
                             t(&mut document);
                         }
-                        ApprovalCandidate { document, used: a.used }
+                        ApprovalCandidate {
+                            document,
+                            used: a.used,
+                        }
                     })
                     .collect();
                 let facts = Facts {
@@ -112,14 +133,26 @@ fn run(case: &Case) -> (Ruling, Option<Effect>) {
     };
 
     let name = case.name;
-    assert_eq!((ruling.verdict, ruling.reason), case.expect, "{name}: {}", ruling.detail);
+    assert_eq!(
+        (ruling.verdict, ruling.reason),
+        case.expect,
+        "{name}: {}",
+        ruling.detail
+    );
     assert_eq!(ruling.verdict, ruling.reason.verdict(), "{name}");
     let wire = ruling.to_json().to_string();
     for secret in SECRETS {
-        assert!(!ruling.detail.contains(secret), "{name}: detail leaks {secret}: {}", ruling.detail);
+        assert!(
+            !ruling.detail.contains(secret),
+            "{name}: detail leaks {secret}: {}",
+            ruling.detail
+        );
         assert!(!wire.contains(secret), "{name}: JSON leaks {secret}");
     }
-    assert!(!tripwire::contains_card_number(&ruling.detail), "{name}: detail has card digits");
+    assert!(
+        !tripwire::contains_card_number(&ruling.detail),
+        "{name}: detail has card digits"
+    );
     assert!(!ruling.detail.is_empty(), "{name}: empty detail");
 
     let approval_block = matches!(
@@ -132,23 +165,43 @@ fn run(case: &Case) -> (Ruling, Option<Effect>) {
             | Reason::ApprovalTtlTooLong
     );
     if approval_block {
-        let id = ruling.request_id.as_ref().unwrap_or_else(|| panic!("{name}: no request id"));
-        assert_eq!(ruling.next.as_deref(), Some(format!("cajaguard approve {id} --config {CONFIG_PATH}").as_str()));
+        let id = ruling
+            .request_id
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name}: no request id"));
+        assert_eq!(
+            ruling.next.as_deref(),
+            Some(format!("cajaguard approve {id} --config {CONFIG_PATH}").as_str())
+        );
         let json = ruling.to_json();
         assert_eq!(json["cajaguard"]["request_id"], id.as_str());
         assert_eq!(json["cajaguard"]["next"].as_str(), ruling.next.as_deref());
     }
     if let Some(effect) = &effect {
         match (ruling.reason, effect) {
-            (Reason::WithinCaps, Effect::Forward { use_approval_nonce: None, .. }) => {}
-            (Reason::SignedApproval, Effect::Forward { use_approval_nonce: Some(n), .. }) => {
+            (
+                Reason::WithinCaps,
+                Effect::Forward {
+                    use_approval_nonce: None,
+                    ..
+                },
+            ) => {}
+            (
+                Reason::SignedApproval,
+                Effect::Forward {
+                    use_approval_nonce: Some(n),
+                    ..
+                },
+            ) => {
                 assert!(n.len() >= 32, "{name}");
             }
             (Reason::IdempotentRetry, Effect::Retry) => {}
             (_, Effect::Refuse { pending: Some(p) }) if approval_block => {
                 assert_eq!(Some(&p.request_id), ruling.request_id.as_ref(), "{name}");
             }
-            (_, Effect::Refuse { pending: None }) if ruling.verdict == Verdict::Denied || ruling.reason == Reason::PaymentInFlight => {}
+            (_, Effect::Refuse { pending: None })
+                if ruling.verdict == Verdict::Denied
+                    || ruling.reason == Reason::PaymentInFlight => {}
             (r, e) => panic!("{name}: effect {e:?} does not fit reason {r:?}"),
         }
     }
@@ -165,51 +218,134 @@ fn cases() -> Vec<Case> {
     vec![
         // --- SPEC §10, the seed's scenarios that the core decides alone.
         base("2 x Trail socks, test token", usd(SOCKS, 2), ALLOW),
-        base("Down parka over the per-transaction cap", usd(PARKA, 1), den(Reason::OverPerTransactionCap)),
+        base(
+            "Down parka over the per-transaction cap",
+            usd(PARKA, 1),
+            den(Reason::OverPerTransactionCap),
+        ),
         base("Day pack, no approval yet", usd(PACK, 1), PENDING),
-        Case { approvals: vec![appr()], ..base("Day pack + trusted signed approval", usd(PACK, 1), APPROVED) },
         Case {
-            approvals: vec![Appr { used: true, basket: Some(usd(PACK, 1)), ..appr() }],
-            ..base("next basket after that approval was used", usd(SHELL, 1), ALLOW)
+            approvals: vec![appr()],
+            ..base("Day pack + trusted signed approval", usd(PACK, 1), APPROVED)
         },
         Case {
-            approvals: vec![Appr { used: true, basket: Some(usd(PACK, 1)), ..appr() }],
-            ..base("next basket (USD 60.00) after that approval was used", usd(("bundle", "Bundle", 6000), 1), PENDING)
-        },
-        Case { approvals: vec![Appr { used: true, ..appr() }], ..base("replay of a used approval", usd(PACK, 1), blk(Reason::ApprovalAlreadyUsed)) },
-        Case {
-            approvals: vec![Appr { signer: Signer::Untrusted, ..appr() }],
-            ..base("approval signed by an untrusted key", usd(PACK, 1), blk(Reason::ApprovalUntrustedKey))
-        },
-        Case {
-            approvals: vec![Appr { tamper: Some(|d| d.expires_at = "2026-08-26T12:00:00Z".into()), ..appr() }],
-            ..base("real approval with edited expires_at", usd(PACK, 1), blk(Reason::ApprovalBadSignature))
-        },
-        Case {
-            approvals: vec![Appr { issued_min_ago: 6, ttl_min: 5, ..appr() }],
-            ..base("approval 6 min after a 5 min TTL", usd(PACK, 1), blk(Reason::ApprovalExpired))
+            approvals: vec![Appr {
+                used: true,
+                basket: Some(usd(PACK, 1)),
+                ..appr()
+            }],
+            ..base(
+                "next basket after that approval was used",
+                usd(SHELL, 1),
+                ALLOW,
+            )
         },
         Case {
-            approvals: vec![Appr { decision: Decision::Deny, ..appr() }],
-            ..base("human signed a deny", usd(PACK, 1), den(Reason::ApprovalDenied))
+            approvals: vec![Appr {
+                used: true,
+                basket: Some(usd(PACK, 1)),
+                ..appr()
+            }],
+            ..base(
+                "next basket (USD 60.00) after that approval was used",
+                usd(("bundle", "Bundle", 6000), 1),
+                PENDING,
+            )
         },
         Case {
-            approvals: vec![Appr { basket: Some(usd(SOCKS, 5)), ..appr() }],
-            ..base("basket grew 5 -> 8 socks after approval", usd(SOCKS, 8), PENDING)
+            approvals: vec![Appr {
+                used: true,
+                ..appr()
+            }],
+            ..base(
+                "replay of a used approval",
+                usd(PACK, 1),
+                blk(Reason::ApprovalAlreadyUsed),
+            )
         },
-        base("merchant reports 49.99 (major units)", {
-            let mut c = shop_checkout("sloppy-units.example", "USD", ("bottle", "Water bottle", 0), 1, "ready_for_complete");
-            c["line_items"][0]["item"]["price"] = json!(49.99);
-            c["totals"] = json!([{"type": "subtotal", "amount": 49.99}, {"type": "total", "amount": 49.99}]);
-            c
-        }, den(Reason::AmountNotMinorUnits)),
+        Case {
+            approvals: vec![Appr {
+                signer: Signer::Untrusted,
+                ..appr()
+            }],
+            ..base(
+                "approval signed by an untrusted key",
+                usd(PACK, 1),
+                blk(Reason::ApprovalUntrustedKey),
+            )
+        },
+        Case {
+            approvals: vec![Appr {
+                tamper: Some(|d| d.expires_at = "2026-08-26T12:00:00Z".into()),
+                ..appr()
+            }],
+            ..base(
+                "real approval with edited expires_at",
+                usd(PACK, 1),
+                blk(Reason::ApprovalBadSignature),
+            )
+        },
+        Case {
+            approvals: vec![Appr {
+                issued_min_ago: 6,
+                ttl_min: 5,
+                ..appr()
+            }],
+            ..base(
+                "approval 6 min after a 5 min TTL",
+                usd(PACK, 1),
+                blk(Reason::ApprovalExpired),
+            )
+        },
+        Case {
+            approvals: vec![Appr {
+                decision: Decision::Deny,
+                ..appr()
+            }],
+            ..base(
+                "human signed a deny",
+                usd(PACK, 1),
+                den(Reason::ApprovalDenied),
+            )
+        },
+        Case {
+            approvals: vec![Appr {
+                basket: Some(usd(SOCKS, 5)),
+                ..appr()
+            }],
+            ..base(
+                "basket grew 5 -> 8 socks after approval",
+                usd(SOCKS, 8),
+                PENDING,
+            )
+        },
+        base(
+            "merchant reports 49.99 (major units)",
+            {
+                let mut c = shop_checkout(
+                    "sloppy-units.example",
+                    "USD",
+                    ("bottle", "Water bottle", 0),
+                    1,
+                    "ready_for_complete",
+                );
+                c["line_items"][0]["item"]["price"] = json!(49.99);
+                c["totals"] = json!([{"type": "subtotal", "amount": 49.99}, {"type": "total", "amount": 49.99}]);
+                c
+            },
+            den(Reason::AmountNotMinorUnits),
+        ),
         Case {
             args: {
                 let mut a = complete_args();
                 a["checkout"]["totals"] = json!([{"type": "total", "amount": 120}]);
                 a
             },
-            ..base("agent sends totals: 120 for a USD 219.00 basket", usd(PARKA, 1), den(Reason::RequestFieldNotAllowed))
+            ..base(
+                "agent sends totals: 120 for a USD 219.00 basket",
+                usd(PARKA, 1),
+                den(Reason::RequestFieldNotAllowed),
+            )
         },
         Case {
             config: |c| {
@@ -221,47 +357,110 @@ fn cases() -> Vec<Case> {
                 den(Reason::CurrencyNotAllowed),
             )
         },
-        base("JPY 1800 checkout, JPY caps", shop_checkout("tokyo-tea.example", "JPY", SENCHA, 1, "ready_for_complete"), ALLOW),
+        base(
+            "JPY 1800 checkout, JPY caps",
+            shop_checkout("tokyo-tea.example", "JPY", SENCHA, 1, "ready_for_complete"),
+            ALLOW,
+        ),
         base("split purchase 1/4", usd(SHELL, 1), ALLOW),
-        Case { ledger: LedgerView { window_spent: 4500, ..fresh() }, ..base("split purchase 2/4", usd(SHELL, 1), ALLOW) },
-        Case { ledger: LedgerView { window_spent: 9000, ..fresh() }, ..base("split purchase 3/4", usd(SHELL, 1), ALLOW) },
         Case {
-            ledger: LedgerView { window_spent: 13500, ..fresh() },
-            ..base("split purchase 4/4", usd(SHELL, 1), den(Reason::OverWindowCap))
+            ledger: LedgerView {
+                window_spent: 4500,
+                ..fresh()
+            },
+            ..base("split purchase 2/4", usd(SHELL, 1), ALLOW)
         },
         Case {
-            ledger: LedgerView { window_spent: 13500, ..fresh() },
+            ledger: LedgerView {
+                window_spent: 9000,
+                ..fresh()
+            },
+            ..base("split purchase 3/4", usd(SHELL, 1), ALLOW)
+        },
+        Case {
+            ledger: LedgerView {
+                window_spent: 13500,
+                ..fresh()
+            },
+            ..base(
+                "split purchase 4/4",
+                usd(SHELL, 1),
+                den(Reason::OverWindowCap),
+            )
+        },
+        Case {
+            ledger: LedgerView {
+                window_spent: 13500,
+                ..fresh()
+            },
             approvals: vec![appr()],
-            ..base("no approval lifts the window cap", usd(PACK, 1), den(Reason::OverWindowCap))
+            ..base(
+                "no approval lifts the window cap",
+                usd(PACK, 1),
+                den(Reason::OverWindowCap),
+            )
         },
         Case {
             approvals: vec![appr()],
-            ..base("no approval lifts the per-transaction cap", usd(PARKA, 1), den(Reason::OverPerTransactionCap))
+            ..base(
+                "no approval lifts the per-transaction cap",
+                usd(PARKA, 1),
+                den(Reason::OverPerTransactionCap),
+            )
         },
         base(
             "merchant not on allowlist",
-            shop_checkout("elsewhere-goods.example", "USD", STOVE, 1, "ready_for_complete"),
+            shop_checkout(
+                "elsewhere-goods.example",
+                "USD",
+                STOVE,
+                1,
+                "ready_for_complete",
+            ),
             den(Reason::MerchantNotAllowed),
         ),
         base(
             "suffix of an allowed merchant is not allowed",
-            shop_checkout("evil.demo-outfitters.example", "USD", SOCKS, 1, "ready_for_complete"),
+            shop_checkout(
+                "evil.demo-outfitters.example",
+                "USD",
+                SOCKS,
+                1,
+                "ready_for_complete",
+            ),
             den(Reason::MerchantNotAllowed),
         ),
         Case {
-            args: complete_args_with(json!({"id": "i1", "handler_id": "com.shopify.shop_pay", "type": "card"})),
-            ..base("Shop Pay handler in test mode", usd(SOCKS, 2), den(Reason::TestModeCredential))
+            args: complete_args_with(
+                json!({"id": "i1", "handler_id": "com.shopify.shop_pay", "type": "card"}),
+            ),
+            ..base(
+                "Shop Pay handler in test mode",
+                usd(SOCKS, 2),
+                den(Reason::TestModeCredential),
+            )
         },
         Case {
             args: complete_args_with(instrument(
                 "fixture_test_handler",
                 json!({"type": "pan", "number": PAN, "expiry_month": 12, "expiry_year": 2030, "cvc": "123"}),
             )),
-            ..base("raw PAN credential in test mode", usd(SOCKS, 2), den(Reason::TestModeCredential))
+            ..base(
+                "raw PAN credential in test mode",
+                usd(SOCKS, 2),
+                den(Reason::TestModeCredential),
+            )
         },
         Case {
-            args: complete_args_with(instrument("fixture_test_handler", token_credential("tok_live_51Hx9kLwq"))),
-            ..base("live-looking token in test mode", usd(SOCKS, 2), den(Reason::TestModeCredential))
+            args: complete_args_with(instrument(
+                "fixture_test_handler",
+                token_credential("tok_live_51Hx9kLwq"),
+            )),
+            ..base(
+                "live-looking token in test mode",
+                usd(SOCKS, 2),
+                den(Reason::TestModeCredential),
+            )
         },
         Case {
             args: {
@@ -269,7 +468,11 @@ fn cases() -> Vec<Case> {
                 a["checkout"]["signals"] = json!({"note": "card 4111 1111 1111 1111 pls"});
                 a
             },
-            ..base("card number in free text", usd(SOCKS, 2), den(Reason::TestModeCredential))
+            ..base(
+                "card number in free text",
+                usd(SOCKS, 2),
+                den(Reason::TestModeCredential),
+            )
         },
         Case {
             config: |c| c["mode"] = json!("live"),
@@ -277,59 +480,143 @@ fn cases() -> Vec<Case> {
         },
         Case {
             config: |c| c["mode"] = json!("live"),
-            args: complete_args_with(instrument("com.shopify.shop_pay", token_credential("spt_live_abc"))),
+            args: complete_args_with(instrument(
+                "com.shopify.shop_pay",
+                token_credential("spt_live_abc"),
+            )),
             approvals: vec![appr()],
-            ..base("live mode with approval: no tripwire", usd(SOCKS, 1), APPROVED)
+            ..base(
+                "live mode with approval: no tripwire",
+                usd(SOCKS, 1),
+                APPROVED,
+            )
         },
         // --- Every other reason code of §4.
         Case {
-            approvals: vec![Appr { issued_min_ago: 1, ttl_min: 30, ..appr() }],
-            ..base("approval lifetime over max_ttl_minutes", usd(PACK, 1), blk(Reason::ApprovalTtlTooLong))
+            approvals: vec![Appr {
+                issued_min_ago: 1,
+                ttl_min: 30,
+                ..appr()
+            }],
+            ..base(
+                "approval lifetime over max_ttl_minutes",
+                usd(PACK, 1),
+                blk(Reason::ApprovalTtlTooLong),
+            )
         },
         Case {
             approvals: vec![
-                Appr { signer: Signer::Untrusted, ..appr() },
-                Appr { used: true, ..appr() },
-                Appr { issued_min_ago: 20, ttl_min: 5, ..appr() },
+                Appr {
+                    signer: Signer::Untrusted,
+                    ..appr()
+                },
+                Appr {
+                    used: true,
+                    ..appr()
+                },
+                Appr {
+                    issued_min_ago: 20,
+                    ttl_min: 5,
+                    ..appr()
+                },
             ],
-            ..base("the most informative rejection wins (used)", usd(PACK, 1), blk(Reason::ApprovalAlreadyUsed))
+            ..base(
+                "the most informative rejection wins (used)",
+                usd(PACK, 1),
+                blk(Reason::ApprovalAlreadyUsed),
+            )
         },
         Case {
-            approvals: vec![Appr { used: true, ..appr() }, appr()],
-            ..base("a used and an unused approval: the unused one is taken", usd(PACK, 1), APPROVED)
+            approvals: vec![
+                Appr {
+                    used: true,
+                    ..appr()
+                },
+                appr(),
+            ],
+            ..base(
+                "a used and an unused approval: the unused one is taken",
+                usd(PACK, 1),
+                APPROVED,
+            )
         },
         Case {
-            approvals: vec![appr(), Appr { decision: Decision::Deny, ..appr() }],
-            ..base("a deny wins over an approve", usd(PACK, 1), den(Reason::ApprovalDenied))
+            approvals: vec![
+                appr(),
+                Appr {
+                    decision: Decision::Deny,
+                    ..appr()
+                },
+            ],
+            ..base(
+                "a deny wins over an approve",
+                usd(PACK, 1),
+                den(Reason::ApprovalDenied),
+            )
         },
         Case {
-            approvals: vec![Appr { issued_min_ago: -10, ..appr() }],
-            ..base("approval issued 10 min in the future", usd(PACK, 1), blk(Reason::ApprovalBadSignature))
+            approvals: vec![Appr {
+                issued_min_ago: -10,
+                ..appr()
+            }],
+            ..base(
+                "approval issued 10 min in the future",
+                usd(PACK, 1),
+                blk(Reason::ApprovalBadSignature),
+            )
         },
         Case {
             ledger: LedgerView {
                 window_spent: 0,
-                checkout: CheckoutLedger::InFlight { idempotency_key: "2c9a1f5e-8d3b-4a71-9e02-6f4b3c2d1a00".into(), total: 8900 },
+                checkout: CheckoutLedger::InFlight {
+                    idempotency_key: "2c9a1f5e-8d3b-4a71-9e02-6f4b3c2d1a00".into(),
+                    total: 8900,
+                },
             },
-            ..base("retry with the same idempotency key while in flight", usd(PACK, 1), (Verdict::Allow, Reason::IdempotentRetry))
+            ..base(
+                "retry with the same idempotency key while in flight",
+                usd(PACK, 1),
+                (Verdict::Allow, Reason::IdempotentRetry),
+            )
         },
         Case {
             ledger: LedgerView {
                 window_spent: 0,
-                checkout: CheckoutLedger::InFlight { idempotency_key: "other-key".into(), total: 8900 },
+                checkout: CheckoutLedger::InFlight {
+                    idempotency_key: "other-key".into(),
+                    total: 8900,
+                },
             },
-            ..base("another attempt in flight", usd(PACK, 1), blk(Reason::PaymentInFlight))
+            ..base(
+                "another attempt in flight",
+                usd(PACK, 1),
+                blk(Reason::PaymentInFlight),
+            )
         },
         Case {
             ledger: LedgerView {
                 window_spent: 0,
-                checkout: CheckoutLedger::InFlight { idempotency_key: "2c9a1f5e-8d3b-4a71-9e02-6f4b3c2d1a00".into(), total: 2400 },
+                checkout: CheckoutLedger::InFlight {
+                    idempotency_key: "2c9a1f5e-8d3b-4a71-9e02-6f4b3c2d1a00".into(),
+                    total: 2400,
+                },
             },
-            ..base("same key but the basket grew while in flight", usd(PACK, 1), blk(Reason::PaymentInFlight))
+            ..base(
+                "same key but the basket grew while in flight",
+                usd(PACK, 1),
+                blk(Reason::PaymentInFlight),
+            )
         },
         Case {
-            ledger: LedgerView { window_spent: 0, checkout: CheckoutLedger::Settled { total: 2400 } },
-            ..base("already completed through CajaGuard", usd(SOCKS, 2), den(Reason::CheckoutNotReady))
+            ledger: LedgerView {
+                window_spent: 0,
+                checkout: CheckoutLedger::Settled { total: 2400 },
+            },
+            ..base(
+                "already completed through CajaGuard",
+                usd(SOCKS, 2),
+                den(Reason::CheckoutNotReady),
+            )
         },
         base(
             "checkout not ready",
@@ -368,7 +655,11 @@ fn decide_table() {
         if matches!(reason, Reason::ToolNotAllowed | Reason::StoreUnavailable) {
             continue;
         }
-        assert!(seen.contains(reason.as_str()), "no case covers {}", reason.as_str());
+        assert!(
+            seen.contains(reason.as_str()),
+            "no case covers {}",
+            reason.as_str()
+        );
     }
 }
 
@@ -386,7 +677,11 @@ fn reasons_and_verdicts_match_the_spec() {
     let allow = ["within_caps", "idempotent_retry"];
     let mut names = BTreeSet::new();
     for r in Reason::ALL {
-        assert!(names.insert(r.as_str()), "duplicate wire name {}", r.as_str());
+        assert!(
+            names.insert(r.as_str()),
+            "duplicate wire name {}",
+            r.as_str()
+        );
         let expected = if blocked.contains(&r.as_str()) {
             Verdict::Blocked
         } else if allow.contains(&r.as_str()) {
@@ -405,8 +700,15 @@ fn reasons_and_verdicts_match_the_spec() {
 
 #[test]
 fn details_name_amounts_in_major_units() {
-    let (ruling, _) = run(&base("parka", usd(PARKA, 1), (Verdict::Denied, Reason::OverPerTransactionCap)));
-    assert_eq!(ruling.detail, "USD 219.00 is over the per-transaction cap of USD 100.00");
+    let (ruling, _) = run(&base(
+        "parka",
+        usd(PARKA, 1),
+        (Verdict::Denied, Reason::OverPerTransactionCap),
+    ));
+    assert_eq!(
+        ruling.detail,
+        "USD 219.00 is over the per-transaction cap of USD 100.00"
+    );
     let (ruling, _) = run(&Case {
         args: {
             let mut a = complete_args();
@@ -414,12 +716,26 @@ fn details_name_amounts_in_major_units() {
             a["checkout"]["currency"] = json!("USD");
             a
         },
-        ..base("fields named", usd(PARKA, 1), (Verdict::Denied, Reason::RequestFieldNotAllowed))
+        ..base(
+            "fields named",
+            usd(PARKA, 1),
+            (Verdict::Denied, Reason::RequestFieldNotAllowed),
+        )
     });
-    assert!(ruling.detail.contains("totals, currency") || ruling.detail.contains("currency, totals"), "{}", ruling.detail);
+    assert!(
+        ruling.detail.contains("totals, currency") || ruling.detail.contains("currency, totals"),
+        "{}",
+        ruling.detail
+    );
     let (ruling, _) = run(&base(
         "status named",
-        shop_checkout("demo-outfitters.example", "USD", SOCKS, 2, "requires_escalation"),
+        shop_checkout(
+            "demo-outfitters.example",
+            "USD",
+            SOCKS,
+            2,
+            "requires_escalation",
+        ),
         (Verdict::Denied, Reason::CheckoutNotReady),
     ));
     assert!(ruling.detail.contains("requires_escalation"));
@@ -447,9 +763,15 @@ fn request_ids_follow_the_basket() {
     let d1 = cajaguard_core::approval::BasketDigest::of(&q1, &h);
     assert_eq!(d1, cajaguard_core::approval::BasketDigest::of(&q1, &h));
     assert_ne!(d1, cajaguard_core::approval::BasketDigest::of(&q2, &h));
-    assert_ne!(d1, cajaguard_core::approval::BasketDigest::of(&q1, &["com.shopify.shop_pay".to_owned()]));
+    assert_ne!(
+        d1,
+        cajaguard_core::approval::BasketDigest::of(&q1, &["com.shopify.shop_pay".to_owned()])
+    );
     let id = d1.request_id();
     assert!(id.as_str().starts_with("cg-") && id.as_str().len() == 19);
-    assert_eq!(cajaguard_core::approval::RequestId::parse(id.as_str()).unwrap(), id);
+    assert_eq!(
+        cajaguard_core::approval::RequestId::parse(id.as_str()).unwrap(),
+        id
+    );
     assert!(cajaguard_core::approval::RequestId::parse("cg-../../etc/passwd").is_err());
 }

@@ -1,11 +1,14 @@
 //! Fixtures shared by the integration tests: a policy, the fixture shop's checkouts, complete
 //! requests, keys and approvals. Shapes follow the pinned UCP schemas.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 
 use std::path::Path;
 use std::time::Duration;
 
-use cajaguard_core::approval::{self, ApprovalDocument, ApprovalTerms, BasketDigest, Decision, SigningKey};
+use cajaguard_core::approval::{
+    self, ApprovalDocument, ApprovalTerms, BasketDigest, Decision, SigningKey,
+};
 use cajaguard_core::policy::{ConfigOrigin, Policy};
 use cajaguard_core::quote::Quote;
 use serde_json::{Value, json};
@@ -18,7 +21,14 @@ pub const PAN: &str = "4111111111111111";
 pub const CONFIG_PATH: &str = "/etc/cajaguard/policy.json";
 
 /// Strings that must never appear in a ruling's detail or JSON.
-pub const SECRETS: &[&str] = &[TEST_TOKEN, PAN, "4111 1111 1111 1111", "sk_live_", "tok_live_", "cg_test_"];
+pub const SECRETS: &[&str] = &[
+    TEST_TOKEN,
+    PAN,
+    "4111 1111 1111 1111",
+    "sk_live_",
+    "tok_live_",
+    "cg_test_",
+];
 
 pub fn config_json() -> Value {
     json!({
@@ -37,7 +47,10 @@ pub fn config_json() -> Value {
 }
 
 pub fn policy_from(config: &Value) -> Policy {
-    let origin = ConfigOrigin { path: Path::new(CONFIG_PATH), user_home: Some(Path::new("/home/ana")) };
+    let origin = ConfigOrigin {
+        path: Path::new(CONFIG_PATH),
+        user_home: Some(Path::new("/home/ana")),
+    };
     Policy::parse(&config.to_string(), &origin).unwrap()
 }
 
@@ -61,7 +74,13 @@ pub const SENCHA: (&str, &str, i64) = ("sencha_tin", "Sencha tin", 1800);
 pub const TEA_SET: (&str, &str, i64) = ("tea_set", "Tea set", 9800);
 
 /// The fixture shop's `get_checkout` answer for one product line.
-pub fn shop_checkout(merchant: &str, currency: &str, product: (&str, &str, i64), qty: i64, status: &str) -> Value {
+pub fn shop_checkout(
+    merchant: &str,
+    currency: &str,
+    product: (&str, &str, i64),
+    qty: i64,
+    status: &str,
+) -> Value {
     let (id, title, price) = product;
     let total = price * qty;
     json!({
@@ -83,7 +102,13 @@ pub fn shop_checkout(merchant: &str, currency: &str, product: (&str, &str, i64),
 }
 
 pub fn usd(product: (&str, &str, i64), qty: i64) -> Value {
-    shop_checkout("demo-outfitters.example", "USD", product, qty, "ready_for_complete")
+    shop_checkout(
+        "demo-outfitters.example",
+        "USD",
+        product,
+        qty,
+        "ready_for_complete",
+    )
 }
 
 pub fn instrument(handler: &str, credential: Value) -> Value {
@@ -107,7 +132,10 @@ pub fn complete_args_with(instrument: Value) -> Value {
 }
 
 pub fn complete_args() -> Value {
-    complete_args_with(instrument("fixture_test_handler", token_credential(TEST_TOKEN)))
+    complete_args_with(instrument(
+        "fixture_test_handler",
+        token_credential(TEST_TOKEN),
+    ))
 }
 
 pub fn trusted_key() -> SigningKey {
@@ -118,7 +146,13 @@ pub fn untrusted_key() -> SigningKey {
     SigningKey::from_seed(&[9u8; 32])
 }
 
-pub fn terms_for(quote: &Quote, handler_ids: &[String], decision: Decision, issued_at: OffsetDateTime, ttl: Duration) -> ApprovalTerms {
+pub fn terms_for(
+    quote: &Quote,
+    handler_ids: &[String],
+    decision: Decision,
+    issued_at: OffsetDateTime,
+    ttl: Duration,
+) -> ApprovalTerms {
     let digest = BasketDigest::of(quote, handler_ids);
     ApprovalTerms {
         request_id: digest.request_id(),

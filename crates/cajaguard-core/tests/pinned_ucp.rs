@@ -1,0 +1,171 @@
+//! Checks against the pinned UCP specification, so lists in the code cannot drift from it.
+//! The spec lives outside the repository (`shared/ucp` beside the work tree); a missing spec is a
+//! failure, never a silent pass.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use cajaguard_core::request::{EXTENSION_FIELDS_ON_COMPLETE, PLATFORM_FIELDS_ON_COMPLETE};
+use serde_json::Value;
+
+fn ucp_dir() -> PathBuf {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/ucp"));
+    assert!(
+        dir.join("source/schemas/shopping/checkout.json").is_file(),
+        "the pinned UCP spec is missing: expected it at {} (the `shared/ucp` folder beside the repository); \
+         these tests compare the code with it and cannot pass without it",
+        dir.display()
+    );
+    dir
+}
+
+fn read(rel: &str) -> Value {
+    let path = ucp_dir().join(rel);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
+/// `ucp_request` allows the field on complete: `"optional"`/`"required"`, or an object whose
+/// `complete` entry is not `"omit"`.
+fn sendable_on_complete(annotation: Option<&Value>) -> bool {
+    match annotation {
+        Some(Value::String(s)) => s != "omit",
+        Some(Value::Object(o)) => o
+            .get("complete")
+            .and_then(Value::as_str)
+            .is_some_and(|c| c != "omit"),
+        _ => false,
+    }
+}
+
+#[test]
+fn platform_fields_on_complete_come_from_checkout_json() {
+    let checkout = read("source/schemas/shopping/checkout.json");
+    let props = checkout["properties"]
+        .as_object()
+        .expect("checkout.json has properties");
+    let derived: BTreeSet<&str> = props
+        .iter()
+        .filter(|(_, p)| sendable_on_complete(p.get("ucp_request")))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    let ours: BTreeSet<&str> = PLATFORM_FIELDS_ON_COMPLETE.iter().copied().collect();
+    assert_eq!(
+        derived, ours,
+        "PLATFORM_FIELDS_ON_COMPLETE drifted from the pinned checkout.json"
+    );
+    // Every business-owned field SPEC §4.3 names is `omit` on complete.
+    for owned in [
+        "totals",
+        "currency",
+        "line_items",
+        "status",
+        "buyer",
+        "context",
+        "links",
+        "continue_url",
+        "messages",
+        "order",
+    ] {
+        assert!(
+            props.contains_key(owned) && !derived.contains(owned),
+            "{owned}"
+        );
+    }
+}
+
+#[test]
+fn extension_fields_on_complete_come_from_the_extension_schemas() {
+    let dir = ucp_dir().join("source/schemas/shopping");
+    let mut derived = BTreeSet::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json")
+            || path.ends_with("checkout.json")
+        {
+            continue;
+        }
+        let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let Some(parts) = schema
+            .pointer("/$defs/dev.ucp.shopping.checkout/allOf")
+            .and_then(Value::as_array)
+        else {
+            continue;
+        };
+        for part in parts {
+            if let Some(props) = part.get("properties").and_then(Value::as_object) {
+                for (k, p) in props {
+                    if sendable_on_complete(p.get("ucp_request")) {
+                        derived.insert(k.clone());
+                    }
+                }
+            }
+        }
+    }
+    // `payment` is a base field; `buyer` (buyer-consent extension) is business-owned per SPEC §4.3.
+    for k in PLATFORM_FIELDS_ON_COMPLETE.iter().chain(["buyer"].iter()) {
+        derived.remove(*k);
+    }
+    let ours: BTreeSet<String> = EXTENSION_FIELDS_ON_COMPLETE
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    assert_eq!(
+        derived, ours,
+        "EXTENSION_FIELDS_ON_COMPLETE drifted from the pinned extension schemas"
+    );
+}
+
+#[test]
+fn quote_field_names_exist_in_the_pinned_schemas() {
+    let checkout = read("source/schemas/shopping/checkout.json");
+    for f in [
+        "id",
+        "status",
+        "currency",
+        "totals",
+        "line_items",
+        "links",
+        "continue_url",
+    ] {
+        assert!(checkout["properties"].get(f).is_some(), "checkout.{f}");
+    }
+    assert!(
+        checkout["properties"]["status"]["enum"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("ready_for_complete"))
+    );
+    let line = read("source/schemas/shopping/types/line_item.json");
+    for f in ["id", "item", "quantity", "totals"] {
+        assert!(line["properties"].get(f).is_some(), "line_item.{f}");
+    }
+    let item = read("source/schemas/shopping/types/item.json");
+    for f in ["id", "title", "price"] {
+        assert!(item["properties"].get(f).is_some(), "item.{f}");
+    }
+    let total = read("source/schemas/common/types/total.json");
+    for f in ["type", "amount"] {
+        assert!(total["properties"].get(f).is_some(), "total.{f}");
+    }
+    let link = read("source/schemas/common/types/link.json");
+    assert!(link["properties"].get("url").is_some());
+    let rpc = read("source/services/shopping/mcp.openrpc.json");
+    let complete = rpc["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "complete_checkout")
+        .unwrap();
+    let params: BTreeSet<&str> = complete["params"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(params, BTreeSet::from(["meta", "id", "checkout"]));
+    let meta = &rpc["components"]["schemas"]["meta"]["properties"];
+    assert!(meta.get("ucp-agent").is_some() && meta.get("idempotency-key").is_some());
+}

@@ -1,0 +1,262 @@
+//! The config file (SPEC §2): defaults, paths, and every refusal names file, JSON path and a fix.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cajaguard_core::Error;
+use cajaguard_core::policy::{Command, ConfigOrigin, DownstreamTransport, Mode, Policy};
+use common::*;
+use serde_json::{Value, json};
+
+fn parse(config: &Value) -> Result<Policy, Error> {
+    let origin = ConfigOrigin {
+        path: Path::new(CONFIG_PATH),
+        user_home: Some(Path::new("/home/ana")),
+    };
+    Policy::parse(&config.to_string(), &origin)
+}
+
+/// Asserts a config error at `json_path`, naming the file.
+fn refused(config: &Value, json_path: &str) -> String {
+    match parse(config) {
+        Err(Error::Config {
+            file,
+            json_path: got,
+            message,
+        }) => {
+            assert_eq!(file, PathBuf::from(CONFIG_PATH));
+            assert_eq!(got, json_path, "{message}");
+            assert!(!message.is_empty());
+            let shown = Error::Config {
+                file,
+                json_path: got,
+                message: message.clone(),
+            }
+            .to_string();
+            assert!(
+                shown.starts_with(CONFIG_PATH) && shown.contains(json_path),
+                "{shown}"
+            );
+            message
+        }
+        Err(other) => panic!("not a config error: {other}"),
+        Ok(_) => panic!("accepted a bad config at {json_path}"),
+    }
+}
+
+fn with(edit: impl FnOnce(&mut Value)) -> Value {
+    let mut c = config_json();
+    edit(&mut c);
+    c
+}
+
+#[test]
+fn the_spec_example_parses() {
+    let p = policy();
+    assert_eq!(p.mode, Mode::Test);
+    assert_eq!(p.source, PathBuf::from(CONFIG_PATH));
+    assert_eq!(p.home, PathBuf::from("/etc/cajaguard/../.cajaguard"));
+    let usd = p.caps_for("USD").unwrap();
+    assert_eq!(
+        (usd.approval_above, usd.per_transaction, usd.window),
+        (5000, 10000, 15000)
+    );
+    let jpy = p.caps_for("JPY").unwrap();
+    assert_eq!(
+        (jpy.approval_above, jpy.per_transaction, jpy.window),
+        (5000, 12000, 20000)
+    );
+    assert_eq!(
+        p.approvals.trusted_keys,
+        vec![PathBuf::from(
+            "/home/ana/.config/cajaguard/approver.pub.pem"
+        )]
+    );
+    assert_eq!(p.approvals.max_ttl, Duration::from_secs(15 * 60));
+    assert_eq!(p.window, Duration::from_secs(24 * 3600));
+    let DownstreamTransport::Stdio(s) = &p.downstream.transport;
+    assert_eq!(s.command, Command::Bare("cajaguard-fixture-shop".into()));
+    assert_eq!(s.cwd, PathBuf::from("/etc/cajaguard/.."));
+    assert!(p.merchants.contains("tokyo-tea.example"));
+}
+
+#[test]
+fn defaults_apply() {
+    let c = json!({
+        "mode": "live", "home": "/var/lib/cg", "downstream": {"command": "./bin/shop"},
+        "merchants": ["Shop.Example"], "caps": {"EUR": {"approval_above": "1", "per_transaction": "2", "window": "3"}}
+    });
+    let p = parse(&c).unwrap();
+    assert_eq!(p.mode, Mode::Live);
+    assert_eq!(p.window, Duration::from_secs(24 * 3600));
+    assert_eq!(p.downstream.timeout, Duration::from_secs(30));
+    assert_eq!(p.downstream.max_message_bytes, 4 * 1024 * 1024);
+    assert_eq!(p.approvals.max_ttl, Duration::from_secs(15 * 60));
+    assert!(p.approvals.trusted_keys.is_empty());
+    assert!(p.test_mode.handler_ids.contains("fixture_test_handler"));
+    assert!(p.test_mode.token_pattern.is_match("cg_test_abcdefgh"));
+    assert!(p.merchants.contains("shop.example"));
+    let DownstreamTransport::Stdio(s) = &p.downstream.transport;
+    assert_eq!(
+        s.command,
+        Command::Path(PathBuf::from("/etc/cajaguard/./bin/shop"))
+    );
+    assert_eq!(s.cwd, PathBuf::from("/etc/cajaguard"));
+}
+
+#[test]
+fn unknown_fields_are_refused_at_every_level() {
+    refused(&with(|c| c["windw_hours"] = json!(24)), "$.windw_hours");
+    refused(
+        &with(|c| c["downstream"]["timeout"] = json!(3)),
+        "$.downstream.timeout",
+    );
+    refused(
+        &with(|c| c["caps"]["USD"]["daily"] = json!("1")),
+        "$.caps.USD.daily",
+    );
+    refused(
+        &with(|c| c["approvals"]["ttl"] = json!(1)),
+        "$.approvals.ttl",
+    );
+    refused(
+        &with(|c| c["test_mode"]["tokens"] = json!([])),
+        "$.test_mode.tokens",
+    );
+}
+
+#[test]
+fn required_fields() {
+    for f in ["mode", "home", "downstream", "merchants", "caps"] {
+        let msg = refused(
+            &with(|c| {
+                c.as_object_mut().unwrap().remove(f);
+            }),
+            &format!("$.{f}"),
+        );
+        assert!(msg.contains("required"));
+    }
+    refused(
+        &with(|c| {
+            c["caps"]["USD"].as_object_mut().unwrap().remove("window");
+        }),
+        "$.caps.USD.window",
+    );
+}
+
+#[test]
+fn money_refusals_of_section_2() {
+    refused(
+        &with(|c| c["caps"]["USD"]["approval_above"] = json!("50.005")),
+        "$.caps.USD.approval_above",
+    );
+    refused(
+        &with(|c| c["caps"]["JPY"]["approval_above"] = json!("5000.5")),
+        "$.caps.JPY.approval_above",
+    );
+    refused(
+        &with(|c| c["caps"]["USD"]["approval_above"] = json!("-1")),
+        "$.caps.USD.approval_above",
+    );
+    refused(
+        &with(|c| c["caps"]["USD"]["window"] = json!("1e3")),
+        "$.caps.USD.window",
+    );
+    refused(
+        &with(|c| c["caps"]["USD"]["window"] = json!(150)),
+        "$.caps.USD.window",
+    );
+    refused(
+        &with(|c| c["caps"]["USD"]["window"] = json!("90071992547409.92")),
+        "$.caps.USD.window",
+    );
+    refused(
+        &with(|c| {
+            c["caps"]["XXX"] = json!({"approval_above": "1", "per_transaction": "1", "window": "1"})
+        }),
+        "$.caps.XXX",
+    );
+    refused(
+        &with(|c| {
+            c["caps"]["ABC"] = json!({"approval_above": "1", "per_transaction": "1", "window": "1"})
+        }),
+        "$.caps.ABC",
+    );
+    refused(
+        &with(|c| {
+            c["caps"]["usd"] = json!({"approval_above": "1", "per_transaction": "1", "window": "1"})
+        }),
+        "$.caps.usd",
+    );
+    let m = refused(
+        &with(|c| c["caps"]["USD"]["approval_above"] = json!("100.01")),
+        "$.caps.USD",
+    );
+    assert!(m.contains("approval_above <= per_transaction <= window"));
+    refused(
+        &with(|c| c["caps"]["USD"]["per_transaction"] = json!("150.01")),
+        "$.caps.USD",
+    );
+}
+
+#[test]
+fn other_refusals() {
+    refused(&with(|c| c["mode"] = json!("prod")), "$.mode");
+    refused(
+        &with(|c| c["merchants"] = json!(["https://shop.example"])),
+        "$.merchants[0]",
+    );
+    refused(
+        &with(|c| c["merchants"] = json!(["shop.example/path"])),
+        "$.merchants[0]",
+    );
+    refused(
+        &with(|c| c["merchants"] = json!(["ok.example", ""])),
+        "$.merchants[1]",
+    );
+    refused(
+        &with(|c| c["merchants"] = json!(["shop.example:443"])),
+        "$.merchants[0]",
+    );
+    refused(
+        &with(|c| c["test_mode"]["token_pattern"] = json!("(unclosed")),
+        "$.test_mode.token_pattern",
+    );
+    refused(&with(|c| c["window_hours"] = json!(0)), "$.window_hours");
+    refused(&with(|c| c["window_hours"] = json!(1.5)), "$.window_hours");
+    refused(
+        &with(|c| c["downstream"]["command"] = json!("")),
+        "$.downstream.command",
+    );
+    refused(&with(|c| c["home"] = json!("~bob/x")), "$.home");
+    let origin = ConfigOrigin {
+        path: Path::new(CONFIG_PATH),
+        user_home: None,
+    };
+    match Policy::parse(&config_json().to_string(), &origin) {
+        Err(Error::Config { json_path, .. }) => {
+            assert_eq!(json_path, "$.approvals.trusted_keys[0]")
+        }
+        other => panic!("{other:?}"),
+    }
+    match Policy::parse(
+        "{\"mode\": ",
+        &ConfigOrigin {
+            path: Path::new(CONFIG_PATH),
+            user_home: None,
+        },
+    ) {
+        Err(Error::Config {
+            json_path, message, ..
+        }) => {
+            assert_eq!(json_path, "$");
+            assert!(message.contains("line 1"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Keys that are not plain names are quoted in the path.
+    refused(&with(|c| c["caps"]["US D"] = json!({})), "$.caps[\"US D\"]");
+}
