@@ -595,9 +595,13 @@ async fn complete(
         request_id,
         detail: detail.or_else(|| Some(messages(&structured))),
         checkout_id: checkout_id.into(),
-        next: format!(
-            "{} pay {checkout_id} --token <another test token>",
-            ctx.demo()
-        ),
+        next: if status == "completed" || messages(&structured).starts_with("checkout_completed") {
+            "none: this checkout is already completed".to_owned()
+        } else {
+            format!(
+                "{} pay {checkout_id} --token <another test token>",
+                ctx.demo()
+            )
+        },
     })
 }
