@@ -576,6 +576,8 @@ async fn complete(
             next,
         });
     }
+    let already_done =
+        status == "completed" || messages(&structured).starts_with("checkout_completed");
     println!(
         "complete_checkout: the shop did not complete it: {}",
         messages(&structured)
@@ -595,7 +597,7 @@ async fn complete(
         request_id,
         detail: detail.or_else(|| Some(messages(&structured))),
         checkout_id: checkout_id.into(),
-        next: if status == "completed" || messages(&structured).starts_with("checkout_completed") {
+        next: if already_done {
             "none: this checkout is already completed".to_owned()
         } else {
             format!(
