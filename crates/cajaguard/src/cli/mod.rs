@@ -128,15 +128,11 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr only: stdout of `cajaguard mcp` is the MCP channel.
-fn init_logging(serving: bool) {
-    let default = if serving {
-        "cajaguard=info"
-    } else {
-        "cajaguard=warn"
-    };
+/// Logs go to stderr only: stdout of `cajaguard mcp` is the MCP channel. `CAJAGUARD_LOG` takes a
+/// tracing filter (`cajaguard=debug`); the default shows warnings only.
+fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAJAGUARD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("cajaguard=warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

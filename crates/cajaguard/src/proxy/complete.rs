@@ -11,9 +11,9 @@ use cajaguard_core::settle::{self, Settlement};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::checkout;
 use super::rawjson::{self, RawObject};
-use super::{Proxy, Reply, ShopError, refusal, shop_failure};
-use super::{checkout, jsonrpc};
+use super::{Answer, Proxy, Reply, ShopError, refusal, shop_failure};
 use crate::store::AuditRecord;
 
 impl Proxy {
@@ -22,7 +22,7 @@ impl Proxy {
         id: &RawValue,
         params: &RawValue,
         arguments: &Value,
-    ) -> String {
+    ) -> Answer {
         let started = Instant::now();
         let mut audit = self.audit_record(started);
         match rawjson::find_duplicate_key(params.get()) {
@@ -33,19 +33,19 @@ impl Proxy {
                     Reason::BadRequest,
                     "the call holds a duplicate JSON key; the shop might read the other copy",
                 );
-                return self.refuse(id, &ruling, audit, started);
+                return self.refuse(&ruling, audit, started);
             }
         }
         let request = match gate::precheck(&self.policy, arguments) {
             Ok(request) => request,
-            Err(ruling) => return self.refuse(id, &ruling, audit, started),
+            Err(ruling) => return self.refuse(&ruling, audit, started),
         };
         audit.checkout_id = Some(request.checkout_id.clone());
         audit.idempotency_key = Some(request.idempotency_key.clone());
 
         let quote = match self.read_checkout(id, &request, arguments) {
             Ok(quote) => quote,
-            Err(ruling) => return self.refuse(id, &ruling, audit, started),
+            Err(ruling) => return self.refuse(&ruling, audit, started),
         };
         audit.merchant = quote.merchant.clone();
         audit.currency = Some(quote.currency.clone());
@@ -84,11 +84,11 @@ impl Proxy {
                     Reason::StoreUnavailable,
                     format!("the CajaGuard store failed, so nothing was paid: {e}"),
                 );
-                return self.refuse(id, &ruling, audit, started);
+                return self.refuse(&ruling, audit, started);
             }
         };
         if let Effect::Refuse { .. } = outcome.effect {
-            return refusal(id, &outcome.ruling);
+            return refusal(&outcome.ruling);
         }
 
         let answer = self.shop_request(id, "tools/call", params.get());
@@ -103,10 +103,10 @@ impl Proxy {
         self.record_settlement(&request, &quote, &settlement, &audit, started);
         match answer {
             Ok(Reply::Result(result)) => {
-                jsonrpc::result(id, &with_verdict(result.get(), &outcome.ruling))
+                Answer::Result(with_verdict(result.get(), &outcome.ruling))
             }
-            Ok(Reply::Error(error)) => jsonrpc::raw_error(id, &error),
-            Err(e) => unknown_outcome(id, &outcome.ruling, &e),
+            Ok(Reply::Error(error)) => Answer::ShopError(error),
+            Err(e) => unknown_outcome(&outcome.ruling, &e),
         }
     }
 
@@ -175,13 +175,7 @@ impl Proxy {
         }
     }
 
-    fn refuse(
-        &self,
-        id: &RawValue,
-        ruling: &Ruling,
-        mut audit: AuditRecord,
-        started: Instant,
-    ) -> String {
+    fn refuse(&self, ruling: &Ruling, mut audit: AuditRecord, started: Instant) -> Answer {
         audit.verdict = ruling.verdict.as_str().into();
         audit.reason = ruling.reason.as_str().into();
         audit.request_id = ruling
@@ -193,7 +187,7 @@ impl Proxy {
         if let Err(e) = self.store.audit(&audit) {
             tracing::error!("audit record not written: {e}");
         }
-        refusal(id, ruling)
+        refusal(ruling)
     }
 
     fn audit_record(&self, _started: Instant) -> AuditRecord {
@@ -247,9 +241,9 @@ fn verdict_meta(ruling: &Ruling) -> Value {
 
 /// The call was forwarded and the shop gave no usable answer: the agent learns the outcome is
 /// unknown and that a retry with the same idempotency key is safe.
-fn unknown_outcome(id: &RawValue, ruling: &Ruling, error: &ShopError) -> String {
+fn unknown_outcome(ruling: &Ruling, error: &ShopError) -> Answer {
     if !error.outcome_unknown() {
-        return shop_failure(id, error);
+        return shop_failure(error);
     }
     let mut document = ruling.to_json();
     if let Some(inner) = document.get_mut("cajaguard") {
@@ -257,5 +251,5 @@ fn unknown_outcome(id: &RawValue, ruling: &Ruling, error: &ShopError) -> String 
             "forwarded, but {error}; the outcome is unknown and the spend stays reserved; retry with the same idempotency-key"
         ));
     }
-    super::tool_result(id, &document, true)
+    super::tool_result(&document, true)
 }

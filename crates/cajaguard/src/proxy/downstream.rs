@@ -15,6 +15,7 @@ use std::time::Duration;
 use cajaguard_core::policy::{self, Downstream as DownstreamPolicy, DownstreamTransport};
 use serde_json::value::RawValue;
 
+use super::era::{self, Era};
 use super::jsonrpc::{self, Envelope, Line};
 
 /// The protocol version the proxy asks the shop for; the shop may answer with another it speaks.
@@ -115,6 +116,8 @@ fn find_bare(name: &str, current_exe: Option<&Path>, path: Option<OsString>) -> 
 #[derive(Debug, Clone)]
 pub struct Handshake {
     pub protocol_version: String,
+    /// Legacy when the shop accepted `initialize`; modern when it only answers `server/discover`.
+    pub era: Era,
     /// Every tool the shop lists, raw (unknown fields such as `execution` survive).
     pub tools: Vec<Box<RawValue>>,
 }
@@ -170,7 +173,11 @@ impl Shop {
         sent: &mut dyn FnMut(u64),
     ) -> Result<Reply, ShopError> {
         let connection = self.connection()?;
-        let reply = connection.request(method, params, self.timeout, sent);
+        let era = lock(&connection.handshake)
+            .as_ref()
+            .map_or(Era::Legacy, |h| h.era);
+        let params = era::params_for_shop(era, params);
+        let reply = connection.request(method, params.as_deref(), self.timeout, sent);
         if matches!(reply, Err(ShopError::Died(_) | ShopError::TooLarge(_))) {
             self.discard(&connection);
         }
@@ -263,25 +270,35 @@ impl Shop {
         }
     }
 
+    /// `initialize` first (every shop of the 2025 eras); a shop that refuses it but answers
+    /// `server/discover` with 2026-07-28 is spoken to in that era, with an envelope on every request.
     fn initialize(&self, connection: &Connection) -> Result<Handshake, ShopError> {
         let params = format!(
-            r#"{{"protocolVersion":"{PROTOCOL_VERSION}","capabilities":{{}},"clientInfo":{{"name":"cajaguard","version":"{}"}}}}"#,
-            env!("CARGO_PKG_VERSION")
+            r#"{{"protocolVersion":"{PROTOCOL_VERSION}","capabilities":{{}},"clientInfo":{}}}"#,
+            era::client_info()
         );
         let answer = connection.request("initialize", Some(&params), self.timeout, &mut |_| {})?;
-        let Reply::Result(result) = answer else {
-            return Err(ShopError::Handshake("the shop refused initialize".into()));
+        let (protocol_version, shop_era) = match answer {
+            Reply::Result(result) => {
+                #[derive(serde::Deserialize)]
+                struct Initialized {
+                    #[serde(rename = "protocolVersion")]
+                    protocol_version: String,
+                }
+                let initialized: Initialized = serde_json::from_str(result.get()).map_err(|e| {
+                    ShopError::Handshake(format!("unreadable initialize result: {e}"))
+                })?;
+                connection
+                    .write(&jsonrpc::notification("notifications/initialized", None))
+                    .map_err(|e| ShopError::Died(e.to_string()))?;
+                (initialized.protocol_version, Era::Legacy)
+            }
+            Reply::Error(_) => (self.discover(connection)?, Era::Modern),
         };
-        #[derive(serde::Deserialize)]
-        struct Initialized {
-            #[serde(rename = "protocolVersion")]
-            protocol_version: String,
-        }
-        let initialized: Initialized = serde_json::from_str(result.get())
-            .map_err(|e| ShopError::Handshake(format!("unreadable initialize result: {e}")))?;
-        connection
-            .write(&jsonrpc::notification("notifications/initialized", None))
-            .map_err(|e| ShopError::Died(e.to_string()))?;
+        let list = |params: Option<String>| {
+            let params = era::params_for_shop(shop_era, params.as_deref());
+            connection.request("tools/list", params.as_deref(), self.timeout, &mut |_| {})
+        };
 
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
@@ -290,9 +307,7 @@ impl Shop {
             let params = cursor
                 .as_ref()
                 .map(|c| format!(r#"{{"cursor":{}}}"#, jsonrpc::quote(c)));
-            let Reply::Result(result) =
-                connection.request("tools/list", params.as_deref(), self.timeout, &mut |_| {})?
-            else {
+            let Reply::Result(result) = list(params)? else {
                 return Err(ShopError::Handshake("the shop refused tools/list".into()));
             };
             #[derive(serde::Deserialize)]
@@ -310,9 +325,44 @@ impl Shop {
             }
         }
         Ok(Handshake {
-            protocol_version: initialized.protocol_version,
+            protocol_version,
+            era: shop_era,
             tools,
         })
+    }
+
+    fn discover(&self, connection: &Connection) -> Result<String, ShopError> {
+        let params = era::params_for_shop(Era::Modern, None);
+        let answer = connection.request(
+            "server/discover",
+            params.as_deref(),
+            self.timeout,
+            &mut |_| {},
+        )?;
+        let refused =
+            || ShopError::Handshake("the shop refused both initialize and server/discover".into());
+        let Reply::Result(result) = answer else {
+            return Err(refused());
+        };
+        #[derive(serde::Deserialize)]
+        struct Discovered {
+            #[serde(rename = "supportedVersions", default)]
+            supported_versions: Vec<String>,
+        }
+        let discovered: Discovered = serde_json::from_str(result.get())
+            .map_err(|e| ShopError::Handshake(format!("unreadable server/discover result: {e}")))?;
+        if discovered
+            .supported_versions
+            .iter()
+            .any(|v| v == era::MODERN_VERSION)
+        {
+            Ok(era::MODERN_VERSION.to_owned())
+        } else {
+            Err(ShopError::Handshake(format!(
+                "the shop speaks none of the protocol versions CajaGuard knows ({:?})",
+                discovered.supported_versions
+            )))
+        }
     }
 }
 

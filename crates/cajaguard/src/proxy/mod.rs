@@ -10,6 +10,7 @@
 pub mod checkout;
 mod complete;
 mod downstream;
+pub mod era;
 pub mod jsonrpc;
 pub mod rawjson;
 mod tools;
@@ -27,6 +28,7 @@ use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
 pub use downstream::{Handshake, Reply, Shop, ShopError};
+use era::{Era, ResultKind};
 use jsonrpc::{Envelope, Line, Sink};
 use rawjson::RawObject;
 
@@ -46,8 +48,18 @@ const MAX_CALLS_IN_FLIGHT: usize = 64;
 /// The largest message accepted from the agent. Arguments of a shopping call are a few KiB.
 pub const MAX_AGENT_MESSAGE_BYTES: usize = 1024 * 1024;
 
-/// Protocol versions spoken with the agent, newest first.
-const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+/// Told to the agent at `initialize` and `server/discover`.
+pub const INSTRUCTIONS: &str = "UCP shopping tools pass through CajaGuard. complete_checkout is gated by caps, a merchant allowlist and human approvals; a refusal comes back as a tool result with structuredContent.cajaguard (verdict, reason, detail, next).";
+
+/// What one request is answered with, before the era's envelope is applied.
+pub enum Answer {
+    /// A result object (JSON).
+    Result(String),
+    /// An error object the shop sent, passed on unchanged.
+    ShopError(Box<RawValue>),
+    /// A whole error line made by the proxy.
+    ErrorLine(String),
+}
 
 pub struct Proxy {
     policy: Arc<Policy>,
@@ -149,17 +161,41 @@ impl Proxy {
             self.notification(method, envelope.params.as_deref());
             return;
         };
-        match method {
-            "initialize" => self.initialize(id, envelope.params.as_deref()),
-            "ping" => self.send(&jsonrpc::result(id, "{}")),
+        let era = match era::of_request(Some(id), envelope.params.as_deref()) {
+            Ok(era) => era,
+            Err(era::EnvelopeError(line)) => return self.send(&line),
+        };
+        let answer = match method {
+            "initialize" => self.initialize(envelope.params.as_deref()),
+            "server/discover" => Answer::Result(era::discover_result(&server_info())),
+            "ping" => Answer::Result("{}".to_owned()),
             "tools/list" => self.list_tools(id),
-            "tools/call" => self.spawn_call(envelope),
-            _ => self.send(&jsonrpc::error(
+            "tools/call" => return self.spawn_call(envelope, era),
+            _ => Answer::ErrorLine(jsonrpc::error(
                 Some(id),
                 jsonrpc::METHOD_NOT_FOUND,
                 &format!("{method} is not offered through CajaGuard"),
             )),
-        }
+        };
+        let kind = if method == "tools/list" {
+            ResultKind::List
+        } else {
+            ResultKind::Other
+        };
+        self.respond(id, answer, era, kind);
+    }
+
+    /// Sends an answer in the agent's era: a modern agent gets the fields its era requires.
+    fn respond(&self, id: &RawValue, answer: Answer, era: Era, kind: ResultKind) {
+        let line = match answer {
+            Answer::Result(result) if era == Era::Modern => {
+                jsonrpc::result(id, &era::modern_result(&result, kind))
+            }
+            Answer::Result(result) => jsonrpc::result(id, &result),
+            Answer::ShopError(error) => jsonrpc::raw_error(id, &error),
+            Answer::ErrorLine(line) => line,
+        };
+        self.send(&line);
     }
 
     fn notification(&self, method: &str, params: Option<&RawValue>) {
@@ -192,7 +228,7 @@ impl Proxy {
         }
     }
 
-    fn initialize(&self, id: &RawValue, params: Option<&RawValue>) {
+    fn initialize(&self, params: Option<&RawValue>) -> Answer {
         #[derive(serde::Deserialize)]
         struct Requested {
             #[serde(rename = "protocolVersion")]
@@ -203,26 +239,25 @@ impl Proxy {
             .and_then(|r| r.protocol_version);
         let version = requested
             .as_deref()
-            .and_then(|v| PROTOCOL_VERSIONS.iter().find(|known| **known == v))
+            .and_then(|v| era::LEGACY_VERSIONS.iter().find(|known| **known == v))
             .copied()
-            .unwrap_or(PROTOCOL_VERSIONS[0]);
-        let result = format!(
-            r#"{{"protocolVersion":"{version}","capabilities":{{"tools":{{"listChanged":false}}}},"serverInfo":{{"name":"cajaguard","title":"CajaGuard spend gate","version":"{}"}},"instructions":"UCP shopping tools pass through CajaGuard. complete_checkout is gated by caps, a merchant allowlist and human approvals; a refusal comes back as a tool result with structuredContent.cajaguard (verdict, reason, detail, next)."}}"#,
-            env!("CARGO_PKG_VERSION")
-        );
-        self.send(&jsonrpc::result(id, &result));
+            .unwrap_or(era::LEGACY_VERSIONS[0]);
+        Answer::Result(format!(
+            r#"{{"protocolVersion":"{version}","capabilities":{{"tools":{{"listChanged":false}}}},"serverInfo":{},"instructions":{}}}"#,
+            server_info(),
+            jsonrpc::quote(INSTRUCTIONS)
+        ))
     }
 
-    fn list_tools(&self, id: &RawValue) {
+    fn list_tools(&self, id: &RawValue) -> Answer {
         let handshake = match self.shop.handshake() {
             Ok(handshake) => handshake,
             Err(e) => {
-                self.send(&jsonrpc::error(
+                return Answer::ErrorLine(jsonrpc::error(
                     Some(id),
                     jsonrpc::SHOP_UNAVAILABLE,
                     &e.to_string(),
                 ));
-                return;
             }
         };
         let mut list = String::from(r#"{"tools":["#);
@@ -238,10 +273,10 @@ impl Proxy {
             list.push_str(tool);
         }
         list.push_str("]}");
-        self.send(&jsonrpc::result(id, &list));
+        Answer::Result(list)
     }
 
-    fn spawn_call(self: &Arc<Proxy>, envelope: Envelope) {
+    fn spawn_call(self: &Arc<Proxy>, envelope: Envelope, era: Era) {
         let Some(id) = envelope.id else { return };
         if self.calls_in_flight.fetch_add(1, Ordering::AcqRel) >= MAX_CALLS_IN_FLIGHT {
             self.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -264,7 +299,7 @@ impl Proxy {
                     .is_some_and(|c| c.cancelled);
                 // A cancelled request gets no answer (MCP: the receiver should not respond).
                 if !cancelled {
-                    proxy.send(&answer);
+                    proxy.respond(&id, answer, era, ResultKind::Other);
                 }
                 proxy.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
             });
@@ -274,8 +309,8 @@ impl Proxy {
         }
     }
 
-    /// One `tools/call`: the answer line to send to the agent.
-    fn call_tool(&self, id: &RawValue, params: Option<&RawValue>) -> String {
+    /// One `tools/call`.
+    fn call_tool(&self, id: &RawValue, params: Option<&RawValue>) -> Answer {
         #[derive(serde::Deserialize)]
         struct Call {
             name: String,
@@ -283,27 +318,31 @@ impl Proxy {
             arguments: Option<serde_json::Value>,
         }
         let Some(params) = params else {
-            return jsonrpc::error(Some(id), jsonrpc::INVALID_PARAMS, "tools/call needs params");
+            return Answer::ErrorLine(jsonrpc::error(
+                Some(id),
+                jsonrpc::INVALID_PARAMS,
+                "tools/call needs params",
+            ));
         };
         let call: Call = match serde_json::from_str(params.get()) {
             Ok(call) => call,
             Err(e) => {
-                return jsonrpc::error(
+                return Answer::ErrorLine(jsonrpc::error(
                     Some(id),
                     jsonrpc::INVALID_PARAMS,
                     &format!("bad tools/call params: {e}"),
-                );
+                ));
             }
         };
         let arguments = call.arguments.unwrap_or(serde_json::Value::Null);
         match call.name.as_str() {
-            tools::STATUS_TOOL => self.status_tool(id),
-            tools::APPROVAL_STATUS_TOOL => self.approval_status_tool(id, &arguments),
+            tools::STATUS_TOOL => self.status_tool(),
+            tools::APPROVAL_STATUS_TOOL => self.approval_status_tool(&arguments),
             tools::GATED_TOOL => self.complete_checkout(id, params, &arguments),
             name if tools::is_ucp_tool(name) && self.shop_offers(name) => {
                 if let Some(ruling) = self.tripwire(&arguments) {
                     self.audit_refusal(&call.name, &ruling);
-                    return refusal(id, &ruling);
+                    return refusal(&ruling);
                 }
                 self.forward(id, params.get())
             }
@@ -313,7 +352,7 @@ impl Proxy {
                     "this tool is not one of the UCP shopping tools CajaGuard passes through",
                 );
                 self.audit_refusal(&sanitize_tool_name(&call.name), &ruling);
-                refusal(id, &ruling)
+                refusal(&ruling)
             }
         }
     }
@@ -346,11 +385,11 @@ impl Proxy {
     }
 
     /// Forwards a call unchanged and passes the shop's answer back unchanged.
-    fn forward(&self, id: &RawValue, params: &str) -> String {
+    fn forward(&self, id: &RawValue, params: &str) -> Answer {
         match self.shop_request(id, "tools/call", params) {
-            Ok(Reply::Result(result)) => jsonrpc::result(id, result.get()),
-            Ok(Reply::Error(error)) => jsonrpc::raw_error(id, &error),
-            Err(e) => shop_failure(id, &e),
+            Ok(Reply::Result(result)) => Answer::Result(result.get().to_owned()),
+            Ok(Reply::Error(error)) => Answer::ShopError(error),
+            Err(e) => shop_failure(&e),
         }
     }
 
@@ -363,14 +402,14 @@ impl Proxy {
         })
     }
 
-    fn status_tool(&self, id: &RawValue) -> String {
+    fn status_tool(&self) -> Answer {
         match crate::status::document(&self.policy, &self.store, (self.clock)()) {
-            Ok(document) => tool_result(id, &document, false),
-            Err(e) => tool_result(id, &serde_json::json!({"error": e.to_string()}), true),
+            Ok(document) => tool_result(&document, false),
+            Err(e) => tool_result(&serde_json::json!({"error": e.to_string()}), true),
         }
     }
 
-    fn approval_status_tool(&self, id: &RawValue, arguments: &serde_json::Value) -> String {
+    fn approval_status_tool(&self, arguments: &serde_json::Value) -> Answer {
         let status = match arguments
             .get("request_id")
             .and_then(|v| v.as_str())
@@ -385,7 +424,7 @@ impl Proxy {
                 ) {
                     Ok(status) => status,
                     Err(e) => {
-                        return tool_result(id, &serde_json::json!({"error": e.to_string()}), true);
+                        return tool_result(&serde_json::json!({"error": e.to_string()}), true);
                     }
                 }
             }
@@ -398,7 +437,7 @@ impl Proxy {
             ApprovalStatus::Denied => "denied",
             ApprovalStatus::Invalid => "invalid",
         };
-        tool_result(id, &serde_json::json!({ "status": status }), false)
+        tool_result(&serde_json::json!({ "status": status }), false)
     }
 
     fn audit_refusal(&self, tool: &str, ruling: &Ruling) {
@@ -430,24 +469,31 @@ impl Proxy {
 
 /// A refusal as the agent sees it: a tool result with `isError`, the ruling in `structuredContent`
 /// and, as JSON, in the text content.
-pub fn refusal(id: &RawValue, ruling: &Ruling) -> String {
-    tool_result(id, &ruling.to_json(), true)
+pub fn refusal(ruling: &Ruling) -> Answer {
+    tool_result(&ruling.to_json(), true)
 }
 
-pub(crate) fn tool_result(id: &RawValue, document: &serde_json::Value, is_error: bool) -> String {
+pub(crate) fn tool_result(document: &serde_json::Value, is_error: bool) -> Answer {
     let text = document.to_string();
     let result = serde_json::json!({
         "content": [{ "type": "text", "text": text }],
         "structuredContent": document,
         "isError": is_error,
     });
-    jsonrpc::result(id, &result.to_string())
+    Answer::Result(result.to_string())
 }
 
 /// A shop that failed to answer a forwarded call: a tool error the agent can read, never a hang.
-pub(crate) fn shop_failure(id: &RawValue, error: &ShopError) -> String {
+pub(crate) fn shop_failure(error: &ShopError) -> Answer {
     let document = serde_json::json!({ "cajaguard": { "error": "shop_unavailable", "detail": error.to_string() } });
-    tool_result(id, &document, true)
+    tool_result(&document, true)
+}
+
+fn server_info() -> String {
+    format!(
+        r#"{{"name":"cajaguard","title":"CajaGuard spend gate","version":"{}"}}"#,
+        env!("CARGO_PKG_VERSION")
+    )
 }
 
 /// Tool names come from the agent: keep the audit log printable and short.

@@ -36,6 +36,11 @@ impl RawObject {
         }
     }
 
+    /// Keeps only the members whose key passes `keep`.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.members.retain(|(key, _)| keep(key));
+    }
+
     pub fn remove(&mut self, key: &str) -> Option<Box<RawValue>> {
         let at = self.members.iter().position(|(k, _)| k == key)?;
         Some(self.members.remove(at).1)
