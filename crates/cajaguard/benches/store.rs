@@ -1,0 +1,184 @@
+//! What one gate decision costs on disk (SPEC §8: "a decision costs the same with a million ledger
+//! entries as with a thousand"): `gate()` that allows and reserves, over 10^3 and 10^6 ledger rows,
+//! next to the floor it cannot go below — one append and fdatasync on the same disk (the store
+//! commits with `synchronous=FULL`, one WAL sync per decision).
+//!
+//! `cargo bench -p cajaguard --bench store`. Homes live under Cargo's target tmp dir, so on the disk
+//! a project-local home would be on.
+
+use std::fs::OpenOptions;
+use std::hint::black_box;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use cajaguard::store::{AuditRecord, Store};
+use cajaguard_core::approval::RequestId;
+use cajaguard_core::gate::{Effect, Outcome, Reason, Ruling, Verdict};
+use cajaguard_core::quote::Quote;
+use cajaguard_core::request::CompleteRequest;
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use time::OffsetDateTime;
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("cajaguard-bench-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
+}
+
+/// `rows` settled checkouts over the 90 days before `now`, and their buckets, straight through SQL.
+fn seed_ledger(db: &Path, rows: u64, now: OffsetDateTime) {
+    let mut conn = rusqlite::Connection::open(db).unwrap();
+    conn.pragma_update(None, "synchronous", "OFF").unwrap();
+    let tx = conn.transaction().unwrap();
+    {
+        let mut insert = tx
+            .prepare(
+                "INSERT INTO ledger (checkout_id, idempotency_key, merchant, currency, reserved, charged, state,
+                                     hour, reserved_at, settled_at)
+                 VALUES (?1, ?2, 'demo-outfitters.example', ?3, ?4, ?4, 'settled', ?5, ?6, ?6)",
+            )
+            .unwrap();
+        for i in 0..rows {
+            let at = now.unix_timestamp() - (i % (90 * 24)) as i64 * 3600 - (i % 3600) as i64;
+            let currency = if i % 3 == 0 { "JPY" } else { "USD" };
+            insert
+                .execute(rusqlite::params![
+                    format!("gid://seed/Checkout/{i}"),
+                    format!("seed-{i}"),
+                    currency,
+                    100 + (i % 900) as i64,
+                    at.div_euclid(3600),
+                    at * 1_000_000
+                ])
+                .unwrap();
+        }
+    }
+    tx.execute(
+        "INSERT INTO spend_buckets (currency, hour, settled, in_flight)
+         SELECT currency, hour, SUM(charged), 0 FROM ledger GROUP BY currency, hour",
+        [],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    // Flush the seed to the database file now, so the benchmark's first syncs do not pay for it.
+    conn.pragma_update(None, "synchronous", "FULL").unwrap();
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+}
+
+fn allow_outcome(total: i64) -> Outcome {
+    Outcome {
+        ruling: Ruling {
+            verdict: Verdict::Allow,
+            reason: Reason::WithinCaps,
+            detail: String::new(),
+            request_id: None,
+            next: None,
+        },
+        effect: Effect::Forward {
+            currency: "USD".to_owned(),
+            total,
+            merchant: "demo-outfitters.example".to_owned(),
+            use_approval_nonce: None,
+        },
+    }
+}
+
+fn gate_allow(c: &mut Criterion) {
+    let now = OffsetDateTime::now_utc();
+    let request_id = RequestId::parse("cg-0123456789abcdef").unwrap();
+    let mut group = c.benchmark_group("gate_allow_with_reservation");
+    group
+        .sample_size(50)
+        .measurement_time(Duration::from_secs(10));
+    for rows in [1_000_u64, 1_000_000] {
+        let tmp = tempdir();
+        let home = tmp.path().join("home");
+        let store = Store::open(&home).unwrap();
+        seed_ledger(&store.database_path(), rows, now);
+        let mut n = 0_u64;
+        group.bench_function(BenchmarkId::from_parameter(format!("{rows}_rows")), |b| {
+            b.iter(|| {
+                n += 1;
+                let checkout = format!("gid://bench/Checkout/{n}");
+                let request = CompleteRequest {
+                    checkout_id: checkout.clone(),
+                    idempotency_key: format!("bench-{n}"),
+                    agent_profile: "https://agent.example/profile".to_owned(),
+                    handler_ids: vec!["fixture_test_handler".to_owned()],
+                };
+                let quote = Quote {
+                    checkout_id: checkout,
+                    status: "ready_for_complete".to_owned(),
+                    currency: "USD".to_owned(),
+                    total: 2400,
+                    line_items: vec![],
+                    merchant: Some("demo-outfitters.example".to_owned()),
+                };
+                let audit = AuditRecord {
+                    at: now,
+                    tool: "complete_checkout".to_owned(),
+                    verdict: String::new(),
+                    reason: String::new(),
+                    merchant: None,
+                    currency: None,
+                    total: None,
+                    request_id: None,
+                    idempotency_key: None,
+                    checkout_id: None,
+                    latency: Duration::ZERO,
+                    note: None,
+                };
+                let outcome = store
+                    .gate(
+                        &request,
+                        &quote,
+                        &request_id,
+                        DAY,
+                        now,
+                        &mut |view, _| {
+                            black_box(view.window_spent);
+                            allow_outcome(2400)
+                        },
+                        &audit,
+                    )
+                    .unwrap();
+                black_box(outcome)
+            })
+        });
+    }
+    group.finish();
+}
+
+fn fsync_floor(c: &mut Criterion) {
+    let tmp = tempdir();
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(tmp.path().join("floor"))
+        .unwrap();
+    let page = [0x5a_u8; 4096];
+    let mut written = 0_u64;
+    let mut group = c.benchmark_group("fsync_floor");
+    group
+        .sample_size(50)
+        .measurement_time(Duration::from_secs(10));
+    group.bench_function("append_4k_fdatasync", |b| {
+        b.iter(|| {
+            file.write_all(&page).unwrap();
+            file.sync_data().unwrap();
+            written += 1;
+            if written % 10_000 == 0 {
+                file.set_len(0).unwrap();
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, gate_allow, fsync_floor);
+criterion_main!(benches);
