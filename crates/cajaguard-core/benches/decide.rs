@@ -148,6 +148,23 @@ fn bench(c: &mut Criterion) {
         let f = facts(&q_big, &candidates);
         b.iter(|| gate::decide(black_box(&policy), black_box(&f)))
     });
+    c.bench_function("approval/basket_digest", |b| {
+        b.iter(|| BasketDigest::of(black_box(&q_big), black_box(&request.handler_ids)))
+    });
+    c.bench_function("approval/verify", |b| {
+        b.iter(|| {
+            approval::verify(
+                black_box(&candidates[0].document),
+                &trusted,
+                &digest,
+                now,
+                Duration::from_secs(900),
+            )
+        })
+    });
+    c.bench_function("approval/signed_message", |b| {
+        b.iter(|| black_box(&candidates[0].document).signed_message())
+    });
     c.bench_function("tripwire/scan_2kb_args", |b| {
         b.iter(|| tripwire::scan(black_box(&policy.test_mode), black_box(&args)))
     });

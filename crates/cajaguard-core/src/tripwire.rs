@@ -117,14 +117,14 @@ fn render(stack: &[Seg<'_>]) -> String {
     out
 }
 
-/// A key is echoed only if it cannot carry a secret: short, plain, few digits, no `live`.
+/// A key is echoed only if it cannot carry a secret: short, plain letters, no digits (digits in
+/// several keys could join into a card number across the `.` between path segments), no `live`.
 fn key_safe_to_show(k: &str) -> bool {
     let b = k.as_bytes();
     !b.is_empty()
         && b.len() <= 64
         && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'-')
-        && ascii_digit_count(b) <= 6
+            .all(|c| c.is_ascii_alphabetic() || *c == b'_' || *c == b'-')
         && !contains_ci(b, b"live")
 }
 
@@ -545,6 +545,13 @@ mod tests {
         assert_eq!(hit.path, "$.note[key #0]");
         let hit = scan(&policy(), &json!({"a": [1, {"b": 4111111111111111_u64}]})).unwrap();
         assert_eq!(hit.path, "$.a[1].b");
+        // Digits split across keys must not join into a card number in the path.
+        let hit = scan(
+            &policy(),
+            &json!({"411111": {"111111": {"1111": {"x": "sk_live_1"}}}}),
+        )
+        .unwrap();
+        assert_eq!(hit.path, "$[key #0][key #0][key #0].x");
     }
 
     #[test]
