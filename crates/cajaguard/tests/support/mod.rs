@@ -30,6 +30,32 @@ pub fn fixture_bin() -> PathBuf {
     path
 }
 
+/// The scriptable misbehaving shop (`crates/cajaguard-test-shop`), found like the fixture.
+pub fn test_shop_bin() -> PathBuf {
+    let path = cajaguard_bin().with_file_name("cajaguard-test-shop");
+    assert!(
+        path.is_file(),
+        "{} is missing: run the tests with `cargo test --workspace` (or `cargo build -p cajaguard-test-shop` first)",
+        path.display()
+    );
+    path
+}
+
+/// A checkout as a well-behaved shop reports it (2 x Trail socks, USD 24.00, ready).
+pub fn ready_checkout(id: &str) -> Value {
+    json!({
+        "ucp": { "version": "2026-08-25", "status": "success" },
+        "id": id,
+        "status": "ready_for_complete",
+        "currency": "USD",
+        "line_items": [{ "id": "li_1", "item": { "id": "gid://fixture/Product/trail-socks", "title": "Trail socks", "price": 1200 }, "quantity": 2,
+                         "totals": [{ "type": "subtotal", "amount": 2400 }, { "type": "total", "amount": 2400 }] }],
+        "totals": [{ "type": "subtotal", "amount": 2400 }, { "type": "total", "amount": 2400 }],
+        "links": [{ "type": "terms_of_service", "url": "https://demo-outfitters.example/policies/terms" }],
+        "continue_url": "https://demo-outfitters.example/checkouts/1",
+    })
+}
+
 pub struct World {
     pub dir: tempfile::TempDir,
     pub config: PathBuf,
@@ -67,6 +93,24 @@ impl World {
     }
 
     pub fn with(options: Options) -> World {
+        World::build(options, None)
+    }
+
+    /// A world whose shop is the scripted test shop (see `crates/cajaguard-test-shop`).
+    pub fn with_test_shop(script: Value) -> World {
+        World::build(Options::default(), Some(script))
+    }
+
+    /// Every line the test shop received, in order.
+    pub fn test_shop_lines(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("shop-record.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn build(options: Options, test_shop: Option<Value>) -> World {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_path_buf();
         let key_dir = root.join("keys");
@@ -84,12 +128,27 @@ impl World {
             String::from_utf8_lossy(&status.stderr)
         );
         let config = root.join("cajaguard.json");
+        let (command, args) = match test_shop {
+            None => (fixture_bin(), json!(["--state", root.join("shop")])),
+            Some(script) => {
+                std::fs::write(root.join("shop-script.json"), script.to_string()).unwrap();
+                (
+                    test_shop_bin(),
+                    json!([
+                        "--script",
+                        root.join("shop-script.json"),
+                        "--record",
+                        root.join("shop-record.jsonl")
+                    ]),
+                )
+            }
+        };
         let document = json!({
             "mode": options.mode,
             "home": "home",
             "downstream": {
-                "command": fixture_bin(),
-                "args": ["--state", root.join("shop")],
+                "command": command,
+                "args": args,
                 "timeout_seconds": options.timeout_seconds,
             },
             "merchants": options.merchants,
@@ -110,6 +169,18 @@ impl World {
 
     /// `cajaguard mcp --config FILE` as a child process, initialized.
     pub fn proxy(&self) -> Mcp {
+        let mut mcp = self.proxy_uninitialized();
+        let init = mcp.request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}),
+        );
+        assert!(init.get("result").is_some(), "initialize failed: {init}");
+        mcp.notify("notifications/initialized", json!({}));
+        mcp
+    }
+
+    /// `cajaguard mcp --config FILE` before any message.
+    pub fn proxy_uninitialized(&self) -> Mcp {
         let mut child = Command::new(cajaguard_bin())
             .args(["mcp", "--config"])
             .arg(&self.config)
