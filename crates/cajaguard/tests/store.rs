@@ -2,6 +2,8 @@
 //! pending requests, approvals and the audit log. `decide` closures here build outcomes directly, so
 //! the store is tested apart from the gate's rules.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a panic is a failure report.
+
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
@@ -785,6 +787,19 @@ fn a_block_records_the_pending_request() {
     assert!(store.pending_request(&rid(8)).unwrap().is_none());
 }
 
+/// at, tool, verdict, reason, currency, total, request id, idempotency key, latency (µs).
+type AuditRow = (
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+    i64,
+);
+
 #[test]
 fn every_gate_writes_one_audit_row() {
     let (_tmp, home) = home();
@@ -807,7 +822,7 @@ fn every_gate_writes_one_audit_row() {
     store.audit(&other).unwrap();
 
     let conn = db(&store);
-    let rows: Vec<(String, String, String, String, Option<String>, Option<i64>, Option<String>, Option<String>, i64)> =
+    let rows: Vec<AuditRow> =
         conn.prepare(
             "SELECT at, tool, verdict, reason, currency, total, request_id, idempotency_key, latency_us
              FROM audit ORDER BY id",
