@@ -267,6 +267,7 @@ fn worker_process() {
             );
             println!("WORKER-RESULT {}", i64::from(used));
         }
+        "crash" => crash_loop(&home),
         other => panic!("unknown worker task {other}"),
     }
 }
@@ -327,4 +328,110 @@ fn processes_sharing_a_home_use_one_approval_once() {
     let home = tmp.path().join("home");
     let (id, _) = signed_approval(&home);
     assert_eq!(run_workers(&home, "approval", 4, Some(&id)), 1);
+}
+
+// ---- kill -9 ----
+
+fn crash_nonce(n: u64) -> String {
+    format!("{n:032x}")
+}
+
+/// Reserve with a used approval, settle, report; forever, until the parent kills the process. A line
+/// `COMMITTED n` is printed only after both of checkout n's transactions returned.
+fn crash_loop(home: &Path) {
+    let store = Store::open(home).unwrap();
+    for n in 0_u64.. {
+        let checkout = format!("gid://fixture/Checkout/crash-{n}");
+        store
+            .gate(
+                &request(&checkout),
+                &quote(&checkout, 100),
+                &request_id(),
+                DAY,
+                NOW,
+                &mut |_, _| forward(100, Some(crash_nonce(n))),
+                &record(),
+            )
+            .unwrap();
+        let settled = cajaguard_core::settle::Settlement::Completed {
+            charged: 100,
+            mismatch: false,
+        };
+        store
+            .settle(&checkout, &format!("key-{checkout}"), &settled, NOW)
+            .unwrap();
+        println!("\nCOMMITTED {n}");
+    }
+}
+
+/// A process killed with SIGKILL at an arbitrary instant loses no settled spend and frees no used
+/// approval: everything it reported committed is there after a reopen, and the buckets still agree
+/// with the ledger (a torn transaction would break that).
+#[test]
+fn kill_9_loses_no_settled_spend_and_frees_no_approval() {
+    use std::io::BufRead;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    drop(Store::open(&home).unwrap());
+    std::fs::write(home.join("go"), b"").unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "worker_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(WORKER_ENV, format!("crash:c0:{}", home.display()))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut committed = None;
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        if let Some(n) = line.strip_prefix("COMMITTED ") {
+            let n: u64 = n.trim().parse().unwrap();
+            committed = Some(n);
+            if n >= 25 {
+                // Mid-flight: the child is already in its next transaction, or about to be.
+                child.kill().unwrap();
+                break;
+            }
+        }
+    }
+    child.wait().unwrap();
+    let committed = committed.expect("the worker committed something before it was killed");
+
+    let store = Store::open(&home).unwrap();
+    let conn = rusqlite::Connection::open(store.database_path()).unwrap();
+    for n in 0..=committed {
+        let state: String = conn
+            .query_row(
+                "SELECT state FROM ledger WHERE checkout_id = ?1",
+                [format!("gid://fixture/Checkout/crash-{n}")],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(state, "settled", "checkout {n}");
+        let used: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM used_approvals WHERE nonce = ?1",
+                [crash_nonce(n)],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(used, 1, "nonce {n}");
+    }
+    let spend = store.window_spend(DAY, NOW).unwrap()["USD"];
+    let (settled, in_flight): (i64, i64) = conn
+        .query_row(
+            "SELECT SUM(CASE state WHEN 'settled' THEN charged ELSE 0 END),
+                    SUM(CASE state WHEN 'in_flight' THEN reserved ELSE 0 END) FROM ledger",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((spend.settled, spend.in_flight), (settled, in_flight));
+    assert!(spend.settled >= (committed as i64 + 1) * 100);
 }

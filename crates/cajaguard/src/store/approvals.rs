@@ -36,6 +36,8 @@ pub(super) fn load(
 ) -> Result<Vec<(PathBuf, ApprovalDocument)>, StoreError> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
+        // A human removed the folder: there are no approvals, which blocks nothing that needs none.
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
         Err(source) => {
             return Err(StoreError::Open {
                 path: dir.to_path_buf(),
