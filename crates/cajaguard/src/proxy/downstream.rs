@@ -187,10 +187,10 @@ impl Shop {
     /// Sends a notification (e.g. a cancellation) to the running shop, if any.
     pub fn notify(&self, line: &str) {
         let current = lock(&self.current).clone();
-        if let Some(connection) = current {
-            if connection.alive.load(Ordering::Acquire) {
-                let _ = connection.write(line);
-            }
+        if let Some(connection) = current
+            && connection.alive.load(Ordering::Acquire)
+        {
+            let _ = connection.write(line);
         }
     }
 
