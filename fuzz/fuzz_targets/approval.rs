@@ -6,7 +6,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use cajaguard_core::approval::{
-    self, ApprovalDocument, ApprovalTerms, BasketDigest, Decision, PublicKey, RequestId, SigningKey, TrustedKeys,
+    self, ApprovalDocument, ApprovalTerms, BasketDigest, Decision, PublicKey, RequestId,
+    SigningKey, TrustedKeys,
 };
 use cajaguard_core::quote::Quote;
 use libfuzzer_sys::fuzz_target;
@@ -52,15 +53,23 @@ fn fixture() -> &'static Fixture {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     let _ = RequestId::parse(text);
     let _ = PublicKey::from_pem(text);
     let _ = SigningKey::from_pkcs8_pem(text).map(|k| k.public_key());
-    let Ok(doc) = ApprovalDocument::from_json(text) else { return };
+    let Ok(doc) = ApprovalDocument::from_json(text) else {
+        return;
+    };
     let f = fixture();
     let now = datetime!(2026-08-25 12:00 UTC);
     if approval::verify(&doc, &f.trusted, &f.digest, now, Duration::from_secs(900)).is_ok() {
-        assert_eq!(doc.signed_message(), f.signed_message, "a document other than the seed verified");
+        assert_eq!(
+            doc.signed_message(),
+            f.signed_message,
+            "a document other than the seed verified"
+        );
     }
     let _ = doc.to_json_pretty();
 });

@@ -8,19 +8,31 @@ use cajaguard_core::policy::{ConfigOrigin, Policy};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    let origin = ConfigOrigin { path: Path::new("/fuzz/policy.json"), user_home: Some(Path::new("/home/fuzz")) };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let origin = ConfigOrigin {
+        path: Path::new("/fuzz/policy.json"),
+        user_home: Some(Path::new("/home/fuzz")),
+    };
     match Policy::parse(text, &origin) {
         Ok(policy) => {
             for caps in policy.caps.values() {
-                assert!(caps.approval_above <= caps.per_transaction && caps.per_transaction <= caps.window);
-                assert!(caps.window <= cajaguard_core::money::MAX_MINOR && caps.approval_above >= 0);
+                assert!(
+                    caps.approval_above <= caps.per_transaction
+                        && caps.per_transaction <= caps.window
+                );
+                assert!(
+                    caps.window <= cajaguard_core::money::MAX_MINOR && caps.approval_above >= 0
+                );
             }
             for m in &policy.merchants {
                 assert_eq!(m, &m.to_ascii_lowercase());
             }
         }
-        Err(Error::Config { file, json_path, .. }) => {
+        Err(Error::Config {
+            file, json_path, ..
+        }) => {
             assert_eq!(file, Path::new("/fuzz/policy.json"));
             assert!(json_path.starts_with('$'));
         }

@@ -7,13 +7,23 @@ use cajaguard_core::tripwire::{contains_card_number, scan};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     let _ = contains_card_number(text);
-    let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else { return };
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+        return;
+    };
     let policy = TestModePolicy::spec_default();
     if let Some(hit) = scan(&policy, &value) {
-        assert!(!contains_card_number(&hit.path), "path repeats a card number");
+        assert!(
+            !contains_card_number(&hit.path),
+            "path repeats a card number"
+        );
         let lower = hit.path.to_ascii_lowercase();
-        assert!(!lower.contains("sk_live_") && !lower.contains("rk_live_"), "path repeats a live key");
+        assert!(
+            !lower.contains("sk_live_") && !lower.contains("rk_live_"),
+            "path repeats a live key"
+        );
     }
 });
