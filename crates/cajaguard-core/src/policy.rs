@@ -423,16 +423,23 @@ impl Cx<'_, '_> {
             let text = self.string(item, &p)?;
             let host = text.to_ascii_lowercase();
             let what = "write a bare host name such as \"demo-outfitters.example\" (no scheme, port or path)";
-            if host.is_empty() || host.contains("://") || host.contains('/') || host.contains(':') {
+            let stray = |c: char| {
+                matches!(c, '/' | '\\' | ':' | '?' | '#' | '@' | '%' | '[' | ']')
+                    || c.is_whitespace()
+                    || c.is_control()
+            };
+            if host.is_empty() || host.chars().any(stray) {
                 return Err(self.err(&p, format!("is not a host name: {what}")));
             }
             let parsed = url::Url::parse(&format!("https://{host}/"))
                 .ok()
                 .and_then(|u| u.host_str().map(str::to_owned));
-            if parsed.as_deref() != Some(host.as_str()) {
+            // Stored as the URL parser writes hosts (IDNs in punycode), which is how the gate
+            // reads the shop's `continue_url`, so both sides compare the same form.
+            let Some(parsed) = parsed.filter(|h| !h.is_empty() && !h.starts_with('[')) else {
                 return Err(self.err(&p, format!("is not a valid host name: {what}")));
-            }
-            out.insert(host);
+            };
+            out.insert(parsed);
         }
         Ok(out)
     }
