@@ -75,6 +75,8 @@ fn args() -> Value {
             "ap2": {"checkout_mandate": "eyJhbGciOiJFUzI1NiIsInR5cCI6IkpXVCJ9.eyJjaGVja291dF9pZCI6ImdpZDovL2ZpeHR1cmUvQ2hlY2tvdXQvMSIsInRvdGFsIjo4OTAwfQ.c2lnbmF0dXJlLXBsYWNlaG9sZGVyLWZvci1iZW5jaG1hcmtpbmctb25seQ"}
         },
         "notes": ["Leave at the front desk", "Call 415-555-0100 on arrival", "Second request id 7f3e9a10-1b2c-4d5e-8f90-a1b2c3d4e5f6"],
+        "shipping": {"name": "Ana Buyer", "street": "500 Terry A Francois Blvd", "city": "San Francisco", "region": "CA",
+                     "postal_code": "94158", "country": "US", "phone": "+1 415 555 0100", "instructions": "Ring twice; the buzzer is on the left."},
         "context": {"locale": "en-US", "currency_hint": "USD", "country": "US", "history": ["search socks", "view item trail_socks", "add to cart", "create checkout", "update checkout", "get checkout"]}
     })
 }

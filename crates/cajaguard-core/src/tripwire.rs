@@ -161,8 +161,8 @@ impl<'a> Walker<'_, 'a> {
                         return Some(rule);
                     }
                     if let Value::String(s) = item
-                        && secret_like_name(k)
                         && has_live_segment(s)
+                        && secret_like_name(k)
                     {
                         return Some(Rule::LiveSecret);
                     }
@@ -311,11 +311,20 @@ fn ascii_digit_count(b: &[u8]) -> usize {
     b.iter().filter(|c| c.is_ascii_digit()).count()
 }
 
+/// ASCII case-insensitive substring test; `needle` must be lower-case.
 fn contains_ci(hay: &[u8], needle: &[u8]) -> bool {
-    hay.len() >= needle.len()
-        && hay
-            .windows(needle.len())
-            .any(|w| w.eq_ignore_ascii_case(needle))
+    let Some((&first, rest)) = needle.split_first() else {
+        return true;
+    };
+    if hay.len() < needle.len() {
+        return false;
+    }
+    let last_start = hay.len() - needle.len();
+    hay[..=last_start]
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.to_ascii_lowercase() == first)
+        .any(|(i, _)| hay[i + 1..i + needle.len()].eq_ignore_ascii_case(rest))
 }
 
 fn has_live_prefix(b: &[u8]) -> bool {
