@@ -160,11 +160,16 @@ impl<'a> Walker<'_, 'a> {
                     if let Some(rule) = string_rules(k) {
                         return Some(rule);
                     }
-                    if let Value::String(s) = item
-                        && has_live_segment(s)
-                        && secret_like_name(k)
-                    {
-                        return Some(Rule::LiveSecret);
+                    if let Value::String(s) = item {
+                        let profile = Profile::of(s.as_bytes());
+                        if profile.maybe_live && has_live_segment(s) && secret_like_name(k) {
+                            return Some(Rule::LiveSecret);
+                        }
+                        if let Some(rule) = string_rules_profiled(s, profile) {
+                            return Some(rule);
+                        }
+                        self.stack.pop();
+                        continue;
                     }
                     if let Some(rule) = self.value(item) {
                         return Some(rule);
@@ -247,12 +252,46 @@ impl<'a> Walker<'_, 'a> {
 
 /// Live-key prefixes and card numbers in one string (a value or a key).
 fn string_rules(s: &str) -> Option<Rule> {
-    if s.is_ascii() {
+    string_rules_profiled(s, Profile::of(s.as_bytes()))
+}
+
+/// What one pass over a string's bytes tells about which rules could apply, so that most strings
+/// are looked at once and never copied.
+#[derive(Clone, Copy)]
+struct Profile {
+    ascii: bool,
+    digits: usize,
+    underscore: bool,
+    /// An `l`/`L` (or any non-ASCII, which NFKC might turn into one).
+    maybe_live: bool,
+}
+
+impl Profile {
+    fn of(b: &[u8]) -> Profile {
+        let (mut high, mut digits, mut underscore, mut l) = (0u8, 0usize, false, false);
+        for &c in b {
+            high |= c & 0x80;
+            digits += usize::from(c.is_ascii_digit());
+            underscore |= c == b'_';
+            l |= (c | 0x20) == b'l';
+        }
+        let ascii = high == 0;
+        Profile {
+            ascii,
+            digits,
+            underscore,
+            maybe_live: l || !ascii,
+        }
+    }
+}
+
+fn string_rules_profiled(s: &str, profile: Profile) -> Option<Rule> {
+    if profile.ascii {
         let b = s.as_bytes();
-        if has_live_prefix(b) {
+        if profile.underscore && profile.maybe_live && has_live_prefix(b) {
             return Some(Rule::LiveKeyPrefix);
         }
-        if ascii_digit_count(b) >= 13 && card_in(b) {
+        if profile.digits >= 13 && card_in(b) {
             return Some(Rule::CardNumber);
         }
         return None;
