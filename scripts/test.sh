@@ -6,11 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
+echo "== cargo build (every binary: the end-to-end tests run the fixture and test shops)"
+cargo build --workspace --bins --locked
 echo "== cargo test (workspace)"
 cargo test --workspace --locked
 
 echo "== real MCP clients through cajaguard mcp"
-cargo build --workspace --bins --locked --quiet
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/cajaguard-clients.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$scratch/examples"

@@ -18,27 +18,40 @@ pub fn cajaguard_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cajaguard"))
 }
 
-/// The fixture is another package's binary: it sits in the same target folder when the workspace
-/// was built (`cargo test --workspace` builds it before any test runs).
+/// The fixture is another package's binary: `cargo test --workspace` builds it before any test
+/// runs; `cargo test -p cajaguard` does not, so it is built here once if missing.
 pub fn fixture_bin() -> PathBuf {
-    let path = cajaguard_bin().with_file_name("cajaguard-fixture-shop");
-    assert!(
-        path.is_file(),
-        "{} is missing: run the tests with `cargo test --workspace` (or `cargo build -p cajaguard-fixture-shop` first)",
-        path.display()
-    );
+    sibling_bin("cajaguard-fixture-shop")
+}
+
+/// A binary of another workspace package, beside `cajaguard` in the same target folder.
+fn sibling_bin(package: &str) -> PathBuf {
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let path = cajaguard_bin().with_file_name(package);
+    let _guard = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    if !path.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "--quiet", "-p", package, "--bin", package]);
+        if cajaguard_bin()
+            .parent()
+            .and_then(Path::file_name)
+            .is_some_and(|d| d == "release")
+        {
+            build.arg("--release");
+        }
+        let status = build.status().unwrap();
+        assert!(
+            status.success() && path.is_file(),
+            "cannot build {package}: run `cargo build --workspace` first"
+        );
+    }
     path
 }
 
 /// The scriptable misbehaving shop (`crates/cajaguard-test-shop`), found like the fixture.
 pub fn test_shop_bin() -> PathBuf {
-    let path = cajaguard_bin().with_file_name("cajaguard-test-shop");
-    assert!(
-        path.is_file(),
-        "{} is missing: run the tests with `cargo test --workspace` (or `cargo build -p cajaguard-test-shop` first)",
-        path.display()
-    );
-    path
+    sibling_bin("cajaguard-test-shop")
 }
 
 /// A checkout as a well-behaved shop reports it (2 x Trail socks, USD 24.00, ready).
