@@ -24,7 +24,7 @@ impl Proxy {
         arguments: &Value,
     ) -> Answer {
         let started = Instant::now();
-        let mut audit = self.audit_record(started);
+        let mut audit = self.audit_record(super::tools::GATED_TOOL);
         match rawjson::find_duplicate_key(params.get()) {
             Ok(None) => {}
             Ok(Some(_)) | Err(_) => {
@@ -188,23 +188,6 @@ impl Proxy {
             tracing::error!("audit record not written: {e}");
         }
         refusal(ruling)
-    }
-
-    fn audit_record(&self, _started: Instant) -> AuditRecord {
-        AuditRecord {
-            at: (self.clock)(),
-            tool: super::tools::GATED_TOOL.into(),
-            verdict: String::new(),
-            reason: String::new(),
-            merchant: None,
-            currency: None,
-            total: None,
-            request_id: None,
-            idempotency_key: None,
-            checkout_id: None,
-            latency: std::time::Duration::ZERO,
-            note: None,
-        }
     }
 }
 

@@ -21,9 +21,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cajaguard_core::approval::{RequestId, TrustedKeys};
-use cajaguard_core::gate::{Reason, Ruling};
-use cajaguard_core::policy::{Mode, Policy};
-use cajaguard_core::tripwire;
+use cajaguard_core::gate::{self, Reason, Ruling};
+use cajaguard_core::policy::Policy;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
@@ -340,7 +339,7 @@ impl Proxy {
             tools::APPROVAL_STATUS_TOOL => self.approval_status_tool(&arguments),
             tools::GATED_TOOL => self.complete_checkout(id, params, &arguments),
             name if tools::is_ucp_tool(name) && self.shop_offers(name) => {
-                if let Some(ruling) = self.tripwire(&arguments) {
+                if let Some(ruling) = gate::tripwire_ruling(&self.policy, &arguments) {
                     self.audit_refusal(&call.name, &ruling);
                     return refusal(&ruling);
                 }
@@ -366,22 +365,6 @@ impl Proxy {
                     .any(|tool| tools::tool_name(tool).as_deref() == Some(name))
             })
             .unwrap_or(false)
-    }
-
-    /// The test-mode tripwire over a call's arguments (SPEC §5).
-    fn tripwire(&self, arguments: &serde_json::Value) -> Option<Ruling> {
-        if self.policy.mode != Mode::Test {
-            return None;
-        }
-        let hit = tripwire::scan(&self.policy.test_mode, arguments)?;
-        Some(Ruling::new(
-            Reason::TestModeCredential,
-            format!(
-                "test mode: {} at {} (the value is not shown)",
-                hit.rule.as_str(),
-                hit.path
-            ),
-        ))
     }
 
     /// Forwards a call unchanged and passes the shop's answer back unchanged.
@@ -440,21 +423,29 @@ impl Proxy {
         tool_result(&serde_json::json!({ "status": status }), false)
     }
 
-    fn audit_refusal(&self, tool: &str, ruling: &Ruling) {
-        let record = AuditRecord {
+    /// An audit record for `tool` at the current time, the rest to be filled by the caller.
+    fn audit_record(&self, tool: &str) -> AuditRecord {
+        AuditRecord {
             at: (self.clock)(),
             tool: tool.to_owned(),
-            verdict: ruling.verdict.as_str().to_owned(),
-            reason: ruling.reason.as_str().to_owned(),
+            verdict: String::new(),
+            reason: String::new(),
             merchant: None,
             currency: None,
             total: None,
-            request_id: ruling.request_id.as_ref().map(|r| r.as_str().to_owned()),
+            request_id: None,
             idempotency_key: None,
             checkout_id: None,
             latency: std::time::Duration::ZERO,
             note: None,
-        };
+        }
+    }
+
+    fn audit_refusal(&self, tool: &str, ruling: &Ruling) {
+        let mut record = self.audit_record(tool);
+        record.verdict = ruling.verdict.as_str().to_owned();
+        record.reason = ruling.reason.as_str().to_owned();
+        record.request_id = ruling.request_id.as_ref().map(|r| r.as_str().to_owned());
         if let Err(e) = self.store.audit(&record) {
             tracing::error!("audit record not written: {e}");
         }
