@@ -6,6 +6,8 @@
 //! `cargo bench -p cajaguard --bench store`. Homes live under Cargo's target tmp dir, so on the disk
 //! a project-local home would be on.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::fs::OpenOptions;
 use std::hint::black_box;
 use std::io::Write;
@@ -172,7 +174,7 @@ fn fsync_floor(c: &mut Criterion) {
             file.write_all(&page).unwrap();
             file.sync_data().unwrap();
             written += 1;
-            if written % 10_000 == 0 {
+            if written.is_multiple_of(10_000) {
                 file.set_len(0).unwrap();
             }
         })

@@ -1,6 +1,8 @@
 //! Approver key files (SPEC §6): where they go, their modes, never overwriting, refusing a private key
 //! others can read.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs;
@@ -192,7 +194,9 @@ fn trusted_keys_load_all_or_name_the_missing_one() {
     );
 
     // A private key where a public one belongs is a parse error naming the file.
-    let err = load_trusted_keys(&[ka.private_key.clone()]).err().unwrap();
+    let err = load_trusted_keys(std::slice::from_ref(&ka.private_key))
+        .err()
+        .unwrap();
     assert!(
         matches!(&err, KeyError::Parse { path, .. } if *path == ka.private_key),
         "{err}"

@@ -5,6 +5,8 @@
 //! the last tests start real child processes: this test binary itself, run with
 //! `CAJAGUARD_STORE_WORKER` set, does the work in `worker_process`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Barrier};

@@ -112,10 +112,10 @@ pub fn modern_result(result: &str, kind: ResultKind) -> String {
         return result.to_owned();
     };
     let mut add = |key: &str, json: &str| {
-        if object.get(key).is_none() {
-            if let Ok(value) = RawValue::from_string(json.to_owned()) {
-                object.set(key, value);
-            }
+        if object.get(key).is_none()
+            && let Ok(value) = RawValue::from_string(json.to_owned())
+        {
+            object.set(key, value);
         }
     };
     add("resultType", r#""complete""#);

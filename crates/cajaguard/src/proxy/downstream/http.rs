@@ -192,10 +192,10 @@ impl HttpLink {
             .build()
             .header("Content-Type", "application/json")
             .header("Accept", ACCEPT);
-        if let Some((_, token)) = &self.endpoint.token {
-            if let Some(value) = token.header_value() {
-                request = request.header("Authorization", value);
-            }
+        if let Some((_, token)) = &self.endpoint.token
+            && let Some(value) = token.header_value()
+        {
+            request = request.header("Authorization", value);
         }
         let session = lock(&self.session).clone();
         if let Some(session) = &session {
@@ -269,10 +269,11 @@ impl HttpLink {
         if !status.is_success() {
             // A JSON-RPC error in an HTTP error (e.g. 400 for a malformed request) is passed on as
             // the shop's error; anything else is the status.
-            if status.is_client_error() && content_type.starts_with("application/json") {
-                if let Ok(Some(Reply::Error(error))) = self.read_json(body, id, timeout) {
-                    return Ok(Posted::Answer(Reply::Error(error)));
-                }
+            if status.is_client_error()
+                && content_type.starts_with("application/json")
+                && let Ok(Some(Reply::Error(error))) = self.read_json(body, id, timeout)
+            {
+                return Ok(Posted::Answer(Reply::Error(error)));
             }
             return Err(ShopError::Http {
                 status: status.as_u16(),
@@ -550,10 +551,10 @@ impl Link for HttpLink {
             .timeout_global(Some(CLOSE_TIMEOUT))
             .build()
             .header(SESSION_HEADER, session.as_str());
-        if let Some((_, token)) = &self.endpoint.token {
-            if let Some(value) = token.header_value() {
-                request = request.header("Authorization", value);
-            }
+        if let Some((_, token)) = &self.endpoint.token
+            && let Some(value) = token.header_value()
+        {
+            request = request.header("Authorization", value);
         }
         if let Some(version) = lock(&self.protocol_version).clone() {
             request = request.header(VERSION_HEADER, version.as_str());

@@ -250,10 +250,10 @@ impl Shop {
     /// Sends a notification (e.g. a cancellation) to the connected shop, if any, without waiting.
     pub fn notify(&self, line: &str) {
         let current = lock(&self.current).clone();
-        if let Some(connection) = current {
-            if connection.link.alive() {
-                connection.link.notify_in_background(line);
-            }
+        if let Some(connection) = current
+            && connection.link.alive()
+        {
+            connection.link.notify_in_background(line);
         }
     }
 
