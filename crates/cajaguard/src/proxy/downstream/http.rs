@@ -738,7 +738,7 @@ mod tests {
     fn line_breaks_in_json_become_spaces_and_nothing_else_changes() {
         assert_eq!(
             one_line("{\n  \"a\" : 1.0,\r\n  \"b\":\"x\"\n}"),
-            "{    \"a\" : 1.0,    \"b\":\"x\" }"
+            "{   \"a\" : 1.0,    \"b\":\"x\" }"
         );
     }
 
