@@ -45,9 +45,24 @@ pub struct StdioDownstream {
     pub env: BTreeMap<String, String>,
 }
 
+/// A shop reached over MCP Streamable HTTP. The bearer token itself is never in the config: only
+/// the name of the environment variable that holds it, read by the proxy when it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpDownstream {
+    /// `https://...`, or `http://` to a loopback IP literal. No user info, no fragment.
+    pub url: url::Url,
+    /// The environment variable holding the bearer token (`None`: no `Authorization` header).
+    pub bearer_token_env: Option<String>,
+    /// Extra request headers, validated names and values. Headers the transport owns
+    /// (`Authorization`, `Mcp-Session-Id`, `MCP-Protocol-Version`, `Accept`, `Content-Type`, ...)
+    /// are refused here.
+    pub headers: BTreeMap<String, String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DownstreamTransport {
     Stdio(StdioDownstream),
+    Http(HttpDownstream),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,6 +140,23 @@ pub const DEFAULT_MAX_TTL_MINUTES: u64 = 15;
 pub const DEFAULT_TEST_HANDLERS: &[&str] = &["fixture_test_handler"];
 pub const DEFAULT_TOKEN_PATTERN: &str = "^cg_test_[A-Za-z0-9_]{8,}$";
 
+/// Headers the HTTP transport sets itself; a config naming one is refused, so that neither a token
+/// in the file nor a forged session or protocol header can slip in.
+const RESERVED_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+    "accept",
+    "content-type",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "host",
+];
+
 /// Bounds a config-supplied pattern so a hostile or careless pattern cannot exhaust memory.
 const TOKEN_PATTERN_SIZE_LIMIT: usize = 1 << 20;
 
@@ -193,6 +225,26 @@ impl Policy {
             None => TestModePolicy::spec_default(),
             Some(v) => cx.test_mode(v)?,
         };
+        // Checked here, at load, rather than when connecting: a shop endpoint outside the allowlist
+        // is a mistake in the file, best reported before anything runs (exit 2, naming the path),
+        // and the policy stays the one place that says which hosts CajaGuard deals with. It
+        // complements, not replaces, the per-checkout merchant check (SPEC §4.6).
+        if let DownstreamTransport::Http(http) = &downstream.transport {
+            let host = http
+                .url
+                .host_str()
+                .map(str::to_ascii_lowercase)
+                .unwrap_or_default();
+            if !merchants.contains(&host) {
+                return Err(cx.err(
+                    "$.downstream.url",
+                    format!(
+                        "its host `{host}` is not in merchants: add it to merchants if this is the \
+                         shop you mean to pay, or fix the URL"
+                    ),
+                ));
+            }
+        }
 
         Ok(Policy {
             source: origin.path.to_path_buf(),
@@ -347,10 +399,79 @@ impl Cx<'_, '_> {
                 "args",
                 "cwd",
                 "env",
+                "url",
+                "bearer_token_env",
+                "headers",
                 "timeout_seconds",
                 "max_message_bytes",
             ],
         )?;
+        let transport = match (obj.contains_key("command"), obj.contains_key("url")) {
+            (true, true) => {
+                return Err(self.err(
+                    p,
+                    "has both `command` (a shop started as a child process) and `url` (a shop reached \
+                     over HTTP): keep exactly one",
+                ));
+            }
+            (false, false) => {
+                return Err(self.err(
+                    p,
+                    "needs `command` (a shop started as a child process) or `url` (a shop reached over \
+                     MCP Streamable HTTP)",
+                ));
+            }
+            (true, false) => {
+                self.not_with(obj, p, "command", &["bearer_token_env", "headers"])?;
+                DownstreamTransport::Stdio(self.stdio_downstream(obj)?)
+            }
+            (false, true) => {
+                self.not_with(obj, p, "url", &["args", "cwd", "env"])?;
+                DownstreamTransport::Http(self.http_downstream(obj)?)
+            }
+        };
+        let timeout = match obj.get("timeout_seconds") {
+            None => DEFAULT_TIMEOUT_SECONDS,
+            Some(t) => self.bounded_int(t, "$.downstream.timeout_seconds", 1, 86_400)?,
+        };
+        let max_message_bytes = match obj.get("max_message_bytes") {
+            None => DEFAULT_MAX_MESSAGE_BYTES,
+            Some(m) => {
+                let n = self.bounded_int(m, "$.downstream.max_message_bytes", 1024, 1 << 30)?;
+                usize::try_from(n).map_err(|_| {
+                    self.err(
+                        "$.downstream.max_message_bytes",
+                        "is too large for this machine",
+                    )
+                })?
+            }
+        };
+        Ok(Downstream {
+            transport,
+            timeout: Duration::from_secs(timeout),
+            max_message_bytes,
+        })
+    }
+
+    /// Fields of one transport given with the other are refused rather than ignored.
+    fn not_with(
+        &self,
+        obj: &Map<String, Value>,
+        path: &str,
+        chosen: &str,
+        other: &[&str],
+    ) -> Result<(), Error> {
+        match other.iter().find(|key| obj.contains_key(**key)) {
+            Some(key) => Err(self.err(
+                &push_key(path, key),
+                format!("does not apply to a downstream given by `{chosen}`: remove it"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn stdio_downstream(&self, obj: &Map<String, Value>) -> Result<StdioDownstream, Error> {
+        let p = "$.downstream";
         let command_text =
             self.string(self.required(obj, p, "command")?, "$.downstream.command")?;
         let command = if command_text.trim().is_empty() {
@@ -388,31 +509,116 @@ impl Cx<'_, '_> {
                 env.insert(k.clone(), self.string(val, &kp)?.to_owned());
             }
         }
-        let timeout = match obj.get("timeout_seconds") {
-            None => DEFAULT_TIMEOUT_SECONDS,
-            Some(t) => self.bounded_int(t, "$.downstream.timeout_seconds", 1, 86_400)?,
+        Ok(StdioDownstream {
+            command,
+            args,
+            cwd,
+            env,
+        })
+    }
+
+    fn http_downstream(&self, obj: &Map<String, Value>) -> Result<HttpDownstream, Error> {
+        let up = "$.downstream.url";
+        let text = self.string(self.required(obj, "$.downstream", "url")?, up)?;
+        let example = "write the shop's MCP endpoint, like \"https://shop.example/api/ucp/mcp\"";
+        let url = url::Url::parse(text)
+            .map_err(|e| self.err(up, format!("is not a URL ({e}): {example}")))?;
+        let host = match url.host() {
+            Some(host) => host,
+            None => return Err(self.err(up, format!("has no host: {example}"))),
         };
-        let max_message_bytes = match obj.get("max_message_bytes") {
-            None => DEFAULT_MAX_MESSAGE_BYTES,
-            Some(m) => {
-                let n = self.bounded_int(m, "$.downstream.max_message_bytes", 1024, 1 << 30)?;
-                usize::try_from(n).map_err(|_| {
-                    self.err(
-                        "$.downstream.max_message_bytes",
-                        "is too large for this machine",
-                    )
-                })?
+        match url.scheme() {
+            "https" => {}
+            "http" => {
+                // Plain HTTP would carry the bearer token and the payment call in clear text; on a
+                // loopback address it never leaves the machine. Only IP literals count: a name such
+                // as `localhost` is whatever the resolver says it is.
+                let loopback = match host {
+                    url::Host::Ipv4(ip) => ip.is_loopback(),
+                    url::Host::Ipv6(ip) => ip.is_loopback(),
+                    url::Host::Domain(_) => false,
+                };
+                if !loopback {
+                    return Err(self.err(
+                        up,
+                        "uses plain http:// to a non-loopback address: use https:// (http:// is \
+                         allowed only to 127.0.0.1 or [::1], for local tests)",
+                    ));
+                }
+            }
+            other => {
+                return Err(self.err(
+                    up,
+                    format!("has the scheme `{other}`: use https:// ({example})"),
+                ));
+            }
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(self.err(
+                up,
+                "holds a user name or password: remove it; put the token in an environment variable \
+                 and name it in downstream.bearer_token_env",
+            ));
+        }
+        if url.fragment().is_some() {
+            return Err(self.err(up, "has a #fragment: remove it"));
+        }
+        let bearer_token_env = match obj.get("bearer_token_env") {
+            None => None,
+            Some(v) => {
+                let bp = "$.downstream.bearer_token_env";
+                let name = self.string(v, bp)?;
+                let valid = !name.is_empty()
+                    && !name.starts_with(|c: char| c.is_ascii_digit())
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                if !valid {
+                    return Err(self.err(
+                        bp,
+                        "must be the NAME of an environment variable (letters, digits, `_`), such as \
+                         \"SHOP_TOKEN\"; the token itself never goes in the config file",
+                    ));
+                }
+                Some(name.to_owned())
             }
         };
-        Ok(Downstream {
-            transport: DownstreamTransport::Stdio(StdioDownstream {
-                command,
-                args,
-                cwd,
-                env,
-            }),
-            timeout: Duration::from_secs(timeout),
-            max_message_bytes,
+        let mut headers = BTreeMap::new();
+        if let Some(h) = obj.get("headers") {
+            for (name, value) in self.object(h, "$.downstream.headers")? {
+                let hp = push_key("$.downstream.headers", name);
+                let token = !name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+                if !token {
+                    return Err(self.err(&hp, "is not a valid HTTP header name"));
+                }
+                if RESERVED_HEADERS
+                    .iter()
+                    .any(|reserved| reserved.eq_ignore_ascii_case(name))
+                {
+                    return Err(self.err(
+                        &hp,
+                        "is set by CajaGuard itself: remove it (a bearer token goes in an environment \
+                         variable named by downstream.bearer_token_env)",
+                    ));
+                }
+                let value = self.string(value, &hp)?;
+                if !value
+                    .bytes()
+                    .all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
+                {
+                    return Err(self.err(
+                        &hp,
+                        "must be printable ASCII on one line (no control characters)",
+                    ));
+                }
+                headers.insert(name.clone(), value.to_owned());
+            }
+        }
+        Ok(HttpDownstream {
+            url,
+            bearer_token_env,
+            headers,
         })
     }
 

@@ -77,7 +77,9 @@ fn the_spec_example_parses() {
     );
     assert_eq!(p.approvals.max_ttl, Duration::from_secs(15 * 60));
     assert_eq!(p.window, Duration::from_secs(24 * 3600));
-    let DownstreamTransport::Stdio(s) = &p.downstream.transport;
+    let DownstreamTransport::Stdio(s) = &p.downstream.transport else {
+        panic!("a command means a stdio downstream")
+    };
     assert_eq!(s.command, Command::Bare("cajaguard-fixture-shop".into()));
     assert_eq!(s.cwd, PathBuf::from("/etc/cajaguard/.."));
     assert!(p.merchants.contains("tokyo-tea.example"));
@@ -99,7 +101,9 @@ fn defaults_apply() {
     assert!(p.test_mode.handler_ids.contains("fixture_test_handler"));
     assert!(p.test_mode.token_pattern.is_match("cg_test_abcdefgh"));
     assert!(p.merchants.contains("shop.example"));
-    let DownstreamTransport::Stdio(s) = &p.downstream.transport;
+    let DownstreamTransport::Stdio(s) = &p.downstream.transport else {
+        panic!("a command means a stdio downstream")
+    };
     assert_eq!(
         s.command,
         Command::Path(PathBuf::from("/etc/cajaguard/./bin/shop"))
@@ -259,4 +263,118 @@ fn other_refusals() {
     }
     // Keys that are not plain names are quoted in the path.
     refused(&with(|c| c["caps"]["US D"] = json!({})), "$.caps[\"US D\"]");
+}
+
+/// A downstream reached over MCP Streamable HTTP (issue 7).
+fn http(downstream: Value) -> Value {
+    with(|c| {
+        c["downstream"] = downstream;
+        c["merchants"] = json!(["demo-outfitters.example", "shop.example", "127.0.0.1"]);
+    })
+}
+
+#[test]
+fn an_http_downstream_parses_with_its_token_variable_and_headers() {
+    let p = parse(&http(json!({
+        "url": "https://Shop.Example/api/ucp/mcp",
+        "bearer_token_env": "SHOP_TOKEN",
+        "headers": { "X-Shop-Client": "cajaguard" },
+        "timeout_seconds": 5,
+        "max_message_bytes": 65536,
+    })))
+    .unwrap();
+    let DownstreamTransport::Http(h) = &p.downstream.transport else {
+        panic!("a url means an HTTP downstream")
+    };
+    assert_eq!(h.url.as_str(), "https://shop.example/api/ucp/mcp");
+    assert_eq!(h.bearer_token_env.as_deref(), Some("SHOP_TOKEN"));
+    assert_eq!(
+        h.headers.get("X-Shop-Client").map(String::as_str),
+        Some("cajaguard")
+    );
+    assert_eq!(p.downstream.timeout, Duration::from_secs(5));
+    assert_eq!(p.downstream.max_message_bytes, 65536);
+    // Plain http:// to a loopback IP literal is for local tests.
+    assert!(parse(&http(json!({ "url": "http://127.0.0.1:8080/mcp" }))).is_ok());
+}
+
+#[test]
+fn command_and_url_are_mutually_exclusive() {
+    let both = http(json!({ "command": "shop", "url": "https://shop.example/mcp" }));
+    let message = refused(&both, "$.downstream");
+    assert!(
+        message.contains("command") && message.contains("url"),
+        "{message}"
+    );
+    let neither = http(json!({ "timeout_seconds": 3 }));
+    refused(&neither, "$.downstream");
+    refused(
+        &http(json!({ "url": "https://shop.example/mcp", "args": [] })),
+        "$.downstream.args",
+    );
+    refused(
+        &http(json!({ "command": "shop", "bearer_token_env": "T" })),
+        "$.downstream.bearer_token_env",
+    );
+    refused(
+        &http(json!({ "url": "https://shop.example/mcp", "bearer_token": "T" })),
+        "$.downstream.bearer_token",
+    );
+}
+
+#[test]
+fn plain_http_is_only_for_loopback_addresses() {
+    for url in [
+        "http://shop.example/mcp",
+        "http://localhost:8080/mcp",
+        "http://10.0.0.1/mcp",
+        "http://0.0.0.0:80/mcp",
+    ] {
+        let message = refused(&http(json!({ "url": url })), "$.downstream.url");
+        assert!(message.contains("https"), "{url}: {message}");
+    }
+    for url in [
+        "ftp://shop.example/mcp",
+        "not a url",
+        "https://user:secret@shop.example/mcp",
+        "https://shop.example/mcp#x",
+    ] {
+        let message = refused(&http(json!({ "url": url })), "$.downstream.url");
+        assert!(!message.contains("secret"), "{message}");
+    }
+}
+
+#[test]
+fn the_endpoint_host_must_be_a_listed_merchant() {
+    let message = refused(
+        &http(json!({ "url": "https://other-shop.example/api/ucp/mcp" })),
+        "$.downstream.url",
+    );
+    assert!(
+        message.contains("other-shop.example") && message.contains("merchants"),
+        "{message}"
+    );
+}
+
+#[test]
+fn the_token_never_goes_in_the_config() {
+    let message = refused(
+        &http(
+            json!({ "url": "https://shop.example/mcp", "headers": { "authorization": "Bearer x" } }),
+        ),
+        "$.downstream.headers.authorization",
+    );
+    assert!(message.contains("bearer_token_env"), "{message}");
+    refused(
+        &http(json!({ "url": "https://shop.example/mcp", "headers": { "Mcp-Session-Id": "s" } })),
+        "$.downstream.headers.Mcp-Session-Id",
+    );
+    refused(
+        &http(json!({ "url": "https://shop.example/mcp", "headers": { "X-A": "a\r\nB: c" } })),
+        "$.downstream.headers.X-A",
+    );
+    refused(
+        &http(json!({ "url": "https://shop.example/mcp", "bearer_token_env": "Bearer abc123" })),
+        "$.downstream.bearer_token_env",
+    );
 }

@@ -1,4 +1,7 @@
-//! `cajaguard-fixture-shop --state DIR`: a fixture UCP shop, an MCP server on stdio.
+//! `cajaguard-fixture-shop --state DIR [--listen 127.0.0.1:PORT [--bearer-token-env NAME]
+//! [--port-file FILE]]`: a fixture UCP shop, an MCP server on stdio, or over MCP Streamable HTTP
+//! at `http://ADDR/mcp` with `--listen` (loopback addresses only; port 0 picks a free port, printed
+//! on stderr and written to `--port-file`).
 //!
 //! It implements the 13 tools of the pinned UCP `mcp.openrpc.json` over a fixed catalog (SPEC §9)
 //! so the demo and the tests need no keys and no network. It deliberately does not depend on
@@ -35,6 +38,7 @@ mod mcp;
 mod shop;
 mod store;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -44,12 +48,22 @@ use clap::Parser;
 #[command(
     name = "cajaguard-fixture-shop",
     version,
-    about = "A fixture UCP shop (MCP server on stdio)"
+    about = "A fixture UCP shop (MCP server on stdio, or Streamable HTTP with --listen)"
 )]
 struct Args {
     /// Directory holding the shop's state (created if missing); several processes may share it.
     #[arg(long, value_name = "DIR")]
     state: PathBuf,
+    /// Serve MCP Streamable HTTP at http://ADDR/mcp instead of stdio. Loopback addresses only:
+    /// the fixture has no TLS and is not a shop anyone should reach from elsewhere.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Require `Authorization: Bearer <token>` with the token in this environment variable.
+    #[arg(long, value_name = "NAME", requires = "listen")]
+    bearer_token_env: Option<String>,
+    /// Write the bound address (`127.0.0.1:PORT`) to this file once listening.
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    port_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -80,7 +94,38 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(mcp::serve_stdio(store)) {
+    let served = match args.listen {
+        None => runtime.block_on(mcp::serve_stdio(store)),
+        Some(listen) => {
+            if !listen.ip().is_loopback() {
+                eprintln!(
+                    "cajaguard-fixture-shop: --listen {listen} is not a loopback address; use 127.0.0.1 or [::1]"
+                );
+                return ExitCode::from(2);
+            }
+            // A named variable that is unset would serve without a token: refuse instead, so a
+            // typo cannot silently open the fixture.
+            let token = match &args.bearer_token_env {
+                None => None,
+                Some(name) => match std::env::var(name) {
+                    Ok(token) if !token.is_empty() => Some(token),
+                    _ => {
+                        eprintln!(
+                            "cajaguard-fixture-shop: --bearer-token-env names ${name}, which is not set"
+                        );
+                        return ExitCode::from(2);
+                    }
+                },
+            };
+            let options = mcp::HttpOptions {
+                listen,
+                token,
+                port_file: args.port_file,
+            };
+            runtime.block_on(mcp::serve_http(store, options))
+        }
+    };
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cajaguard-fixture-shop: {e:#}");

@@ -38,6 +38,68 @@ pub async fn serve_stdio(store: Store) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How the shop is served over HTTP.
+pub struct HttpOptions {
+    /// A loopback address (checked by the caller); port 0 picks a free port.
+    pub listen: std::net::SocketAddr,
+    /// When set, every request must carry `Authorization: Bearer <token>` (401 otherwise).
+    pub token: Option<String>,
+    /// Where to write the bound address (`127.0.0.1:PORT`), for tests that run in parallel.
+    pub port_file: Option<std::path::PathBuf>,
+}
+
+/// Serves the shop over MCP Streamable HTTP at `/mcp` until the process is stopped. rmcp's own
+/// server transport keeps one session per `initialize` (`Mcp-Session-Id`), answers requests with
+/// event streams, and forgets every session when the process ends, so a restarted fixture answers
+/// 404 to an old session id, as a real shop whose sessions expired would.
+pub async fn serve_http(store: Store, options: HttpOptions) -> anyhow::Result<()> {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let shop = FixtureShop::new(store);
+    let service = StreamableHttpService::new(
+        move || Ok(shop.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let token = options.token.map(|t| Arc::new(format!("Bearer {t}")));
+    let router =
+        axum::Router::new()
+            .route_service("/mcp", service)
+            .layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let token = token.clone();
+                    async move {
+                        if let Some(expected) = token {
+                            let given = request
+                                .headers()
+                                .get(axum::http::header::AUTHORIZATION)
+                                .map(|v| v.as_bytes());
+                            if given != Some(expected.as_bytes()) {
+                                return axum::response::Response::builder()
+                                    .status(axum::http::StatusCode::UNAUTHORIZED)
+                                    .header(axum::http::header::WWW_AUTHENTICATE, "Bearer")
+                                    .body(axum::body::Body::from("missing or wrong bearer token"))
+                                    .unwrap_or_default();
+                            }
+                        }
+                        next.run(request).await
+                    }
+                },
+            ));
+    let listener = tokio::net::TcpListener::bind(options.listen).await?;
+    let bound = listener.local_addr()?;
+    if let Some(path) = &options.port_file {
+        // Written whole, then renamed, so a test polling the file never reads half an address.
+        let partial = path.with_extension("partial");
+        std::fs::write(&partial, bound.to_string())?;
+        std::fs::rename(&partial, path)?;
+    }
+    eprintln!("cajaguard-fixture-shop: listening on http://{bound}/mcp");
+    axum::serve(listener, router).await?;
+    Ok(())
+}
+
 fn internal(message: String) -> ErrorData {
     ErrorData::new(ErrorCode::INTERNAL_ERROR, message, None)
 }

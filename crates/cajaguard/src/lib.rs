@@ -1,6 +1,8 @@
 //! CajaGuard's edges: the MCP proxy, the durable store, key files and the CLI, over the pure
 //! decision in `cajaguard-core`.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod cli;
 pub mod keys;
 pub mod proxy;

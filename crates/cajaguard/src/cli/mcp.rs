@@ -28,14 +28,19 @@ pub fn run(config: &Path) -> Outcome {
             ShopError::NotFound(_) | ShopError::Spawn { .. } => {
                 "fix downstream.command (and args, cwd) in the config"
             }
+            ShopError::MissingToken(_)
+            | ShopError::BadToken(_)
+            | ShopError::Unauthorized { .. } => {
+                "fix the token's environment variable (downstream.bearer_token_env) and start again"
+            }
+            ShopError::Unreachable { .. } => {
+                "start the shop (or fix downstream.url), then start cajaguard again"
+            }
             _ => "check that the downstream is a working MCP server (try running it by hand)",
         };
         Failure {
-            code: if matches!(e, ShopError::NotFound(_) | ShopError::Spawn { .. }) {
-                2
-            } else {
-                1
-            },
+            // Exit 2 for what is fixed in the config or the environment, 1 for a shop that failed.
+            code: if e.is_configuration() { 2 } else { 1 },
             message: e.to_string(),
             hint: Some(hint.into()),
         }

@@ -1,6 +1,8 @@
 //! A keyless world for end-to-end tests: a fresh temp dir with a config, an approver key made by
 //! `cajaguard keygen`, the real fixture shop behind a real `cajaguard mcp` child process, and the
-//! shop's own record of every call it received.
+//! shop's own record of every call it received. The fixture is reached over stdio (a child of the
+//! proxy) or over MCP Streamable HTTP (a server the world starts on a free loopback port, with a
+//! bearer token), as [`Transport`] says.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -69,7 +71,109 @@ pub fn ready_checkout(id: &str) -> Value {
     })
 }
 
+/// The environment variable the HTTP world's config names for the shop's bearer token.
+pub const TOKEN_VAR: &str = "CG_E2E_SHOP_TOKEN";
+/// The fixture's bearer token in the HTTP world (a test value, not a secret).
+pub const SHOP_TOKEN: &str = "cg-e2e-bearer-7f3a9c";
+
+/// How the proxy reaches the fixture shop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Stdio,
+    Http,
+}
+
+/// The fixture shop serving MCP Streamable HTTP on a loopback port, killed on drop.
+pub struct FixtureServer {
+    child: Option<Child>,
+    pub addr: String,
+    state: PathBuf,
+    port_file: PathBuf,
+}
+
+impl FixtureServer {
+    /// Starts the fixture on `listen` (`127.0.0.1:0` for any free port) and waits until it listens.
+    pub fn start(state: &Path, port_file: &Path, listen: &str) -> FixtureServer {
+        FixtureServer::start_or_exit(state, port_file, listen)
+            .unwrap_or_else(|| panic!("the fixture could not listen on {listen}"))
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    /// Stops the server (its sessions are lost, like a shop restarting).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server and starts a new one on the same address: old session ids are unknown to it.
+    pub fn restart(&mut self) {
+        self.stop();
+        let addr = self.addr.clone();
+        // The port was just freed; a retry covers the short moment before the OS lets go of it.
+        for _ in 0..50 {
+            let next = FixtureServer::start_or_exit(&self.state, &self.port_file, &addr);
+            if let Some(next) = next {
+                *self = next;
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("the fixture could not listen on {addr} again");
+    }
+
+    fn start_or_exit(state: &Path, port_file: &Path, listen: &str) -> Option<FixtureServer> {
+        let _ = std::fs::remove_file(port_file);
+        let mut child = Command::new(fixture_bin())
+            .arg("--state")
+            .arg(state)
+            .args([
+                "--listen",
+                listen,
+                "--bearer-token-env",
+                TOKEN_VAR,
+                "--port-file",
+            ])
+            .arg(port_file)
+            .env(TOKEN_VAR, SHOP_TOKEN)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            if let Ok(addr) = std::fs::read_to_string(port_file) {
+                return Some(FixtureServer {
+                    child: Some(child),
+                    addr,
+                    state: state.to_path_buf(),
+                    port_file: port_file.to_path_buf(),
+                });
+            }
+            if let Ok(Some(_)) = child.try_wait() {
+                return None;
+            }
+            assert!(std::time::Instant::now() < deadline, "the fixture hung");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for FixtureServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 pub struct World {
+    /// Declared before `dir` so the server stops before its state directory is removed.
+    pub fixture: Option<FixtureServer>,
+    pub transport: Transport,
     pub dir: tempfile::TempDir,
     pub config: PathBuf,
     pub home: PathBuf,
@@ -83,6 +187,7 @@ pub struct Options {
     pub merchants: Vec<&'static str>,
     pub max_ttl_minutes: u64,
     pub timeout_seconds: u64,
+    pub transport: Transport,
 }
 
 impl Default for Options {
@@ -96,6 +201,7 @@ impl Default for Options {
             merchants: vec!["demo-outfitters.example", "tokyo-tea.example"],
             max_ttl_minutes: 15,
             timeout_seconds: 10,
+            transport: Transport::Stdio,
         }
     }
 }
@@ -103,6 +209,14 @@ impl Default for Options {
 impl World {
     pub fn new() -> World {
         World::with(Options::default())
+    }
+
+    /// A default world whose fixture is reached over `transport`.
+    pub fn on(transport: Transport) -> World {
+        World::with(Options {
+            transport,
+            ..Options::default()
+        })
     }
 
     pub fn with(options: Options) -> World {
@@ -141,30 +255,49 @@ impl World {
             String::from_utf8_lossy(&status.stderr)
         );
         let config = root.join("cajaguard.json");
-        let (command, args) = match test_shop {
-            None => (fixture_bin(), json!(["--state", root.join("shop")])),
-            Some(script) => {
+        let mut merchants = options.merchants.clone();
+        let mut fixture = None;
+        let downstream = match (test_shop, options.transport) {
+            (None, Transport::Stdio) => json!({
+                "command": fixture_bin(),
+                "args": ["--state", root.join("shop")],
+                "timeout_seconds": options.timeout_seconds,
+            }),
+            (None, Transport::Http) => {
+                let server = FixtureServer::start(
+                    &root.join("shop"),
+                    &root.join("shop.addr"),
+                    "127.0.0.1:0",
+                );
+                let url = server.url();
+                fixture = Some(server);
+                // An HTTP shop's own host must be a listed merchant (config rule, issue 7).
+                merchants.push("127.0.0.1");
+                json!({
+                    "url": url,
+                    "bearer_token_env": TOKEN_VAR,
+                    "timeout_seconds": options.timeout_seconds,
+                })
+            }
+            (Some(script), _) => {
                 std::fs::write(root.join("shop-script.json"), script.to_string()).unwrap();
-                (
-                    test_shop_bin(),
-                    json!([
+                json!({
+                    "command": test_shop_bin(),
+                    "args": [
                         "--script",
                         root.join("shop-script.json"),
                         "--record",
                         root.join("shop-record.jsonl")
-                    ]),
-                )
+                    ],
+                    "timeout_seconds": options.timeout_seconds,
+                })
             }
         };
         let document = json!({
             "mode": options.mode,
             "home": "home",
-            "downstream": {
-                "command": command,
-                "args": args,
-                "timeout_seconds": options.timeout_seconds,
-            },
-            "merchants": options.merchants,
+            "downstream": downstream,
+            "merchants": merchants,
             "caps": options.caps,
             "window_hours": 24,
             "approvals": { "trusted_keys": ["keys/approver.pub.pem"], "max_ttl_minutes": options.max_ttl_minutes },
@@ -172,12 +305,36 @@ impl World {
         });
         std::fs::write(&config, serde_json::to_string_pretty(&document).unwrap()).unwrap();
         World {
+            fixture,
+            transport: options.transport,
             home: root.join("home"),
             shop_state: root.join("shop"),
             key_dir,
             config,
             dir,
         }
+    }
+
+    /// Rewrites the config's `downstream` (e.g. to point at a test HTTP server).
+    pub fn set_downstream(&self, downstream: Value) {
+        let mut document = read_json(&self.config);
+        document["downstream"] = downstream;
+        std::fs::write(
+            &self.config,
+            serde_json::to_string_pretty(&document).unwrap(),
+        )
+        .unwrap();
+    }
+
+    /// `cajaguard mcp --config FILE` ready to spawn, with the shop's token in its environment.
+    pub fn mcp_command(&self) -> Command {
+        let mut command = Command::new(cajaguard_bin());
+        command
+            .args(["mcp", "--config"])
+            .arg(&self.config)
+            .env("HOME", self.dir.path())
+            .env(TOKEN_VAR, SHOP_TOKEN);
+        command
     }
 
     /// `cajaguard mcp --config FILE` as a child process, initialized.
@@ -194,10 +351,8 @@ impl World {
 
     /// `cajaguard mcp --config FILE` before any message.
     pub fn proxy_uninitialized(&self) -> Mcp {
-        let mut child = Command::new(cajaguard_bin())
-            .args(["mcp", "--config"])
-            .arg(&self.config)
-            .env("HOME", self.dir.path())
+        let mut child = self
+            .mcp_command()
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -228,6 +383,7 @@ impl World {
             .arg(&self.config)
             .env("CAJAGUARD_KEY_DIR", &self.key_dir)
             .env("HOME", self.dir.path())
+            .env(TOKEN_VAR, SHOP_TOKEN)
             .stdin(Stdio::null())
             .output()
             .unwrap()
