@@ -27,8 +27,8 @@ use support::*;
 
 const SMALL: i64 = 500;
 const BIG: i64 = 6000;
-/// USD 1,500.00: about three quarters of the way through the trials the window is full.
-const WINDOW: i64 = 150_000;
+/// USD 800.00: about three quarters of the way through the trials the window is full.
+const WINDOW: i64 = 80_000;
 
 /// SplitMix64: small, seedable, good enough to spread kill times.
 struct Rng(u64);
@@ -161,7 +161,7 @@ fn sigkill_at_any_point_of_complete_checkout_loses_nothing_and_double_counts_not
     let mut rng = Rng(seed);
 
     let options = Options {
-        caps: json!({ "USD": { "approval_above": "50.00", "per_transaction": "100.00", "window": "1500.00" } }),
+        caps: json!({ "USD": { "approval_above": "50.00", "per_transaction": "100.00", "window": "800.00" } }),
         timeout_seconds: 1,
         ..Options::default()
     };

@@ -210,7 +210,7 @@ fn eight_processes_times_a_thousand_split_purchases_never_overspend() {
         assert!(out.status.success(), "worker failed: {stdout}");
         let line = stdout
             .lines()
-            .find_map(|l| l.strip_prefix("WORKER-RESULT "))
+            .find_map(|l| l.split_once("WORKER-RESULT ").map(|(_, r)| r))
             .unwrap_or_else(|| panic!("the worker reported nothing: {stdout}"));
         let mut parts = line.split_whitespace().map(|p| p.parse::<i64>().unwrap());
         forwarded += parts.next().unwrap();
