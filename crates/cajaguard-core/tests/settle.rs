@@ -130,7 +130,8 @@ mod reconcile {
         );
         // The checkout's total is unreadable: the order's counts, else the reservation.
         let mut c = checkout("completed", json!(24.0));
-        c["order"] = json!({"id": "gid://shop/Order/9", "permalink_url": "https://shop.example/o/9"});
+        c["order"] =
+            json!({"id": "gid://shop/Order/9", "permalink_url": "https://shop.example/o/9"});
         assert_eq!(order_to_ask(&c), Some("gid://shop/Order/9"));
         assert_eq!(
             reconcile(&result(c.clone()), Some(2500), 2400),
@@ -172,7 +173,11 @@ mod reconcile {
             result(json!({"id": "x"})),
             json!([]),
         ] {
-            assert_eq!(reconcile(&answer, None, 2400), Settlement::Unknown, "{answer}");
+            assert_eq!(
+                reconcile(&answer, None, 2400),
+                Settlement::Unknown,
+                "{answer}"
+            );
         }
     }
 }

@@ -210,10 +210,7 @@ impl Shop {
 
     fn state_file(&self, checkout_id: &str) -> Option<std::path::PathBuf> {
         let dir = self.script["state"].as_str()?;
-        let name: String = checkout_id
-            .bytes()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let name: String = checkout_id.bytes().map(|b| format!("{b:02x}")).collect();
         Some(std::path::Path::new(dir).join(name))
     }
 

@@ -53,7 +53,8 @@ fn still_serving(mcp: &mut Mcp) {
 
 fn with_total(total: Value) -> Value {
     let mut c = ready_checkout(CHECKOUT);
-    c["totals"] = json!([{ "type": "subtotal", "amount": 2400 }, { "type": "total", "amount": total }]);
+    c["totals"] =
+        json!([{ "type": "subtotal", "amount": 2400 }, { "type": "total", "amount": total }]);
     c
 }
 
@@ -70,17 +71,53 @@ fn a_shop_that_misreports_the_checkout_is_refused_before_payment() {
     let mut float_price = ready_checkout(CHECKOUT);
     float_price["line_items"][0]["item"]["price"] = json!(12.0);
     let cases: Vec<(&str, Value, &str)> = vec![
-        ("float total", json!({"checkout": with_total(json!(24.0))}), "amount_not_minor_units"),
-        ("major units", json!({"checkout": with_total(json!(23.99))}), "amount_not_minor_units"),
-        ("float price", json!({"checkout": float_price}), "amount_not_minor_units"),
-        ("string total", json!({"checkout": with_total(json!("2400"))}), "amount_not_minor_units"),
-        ("two totals", json!({"checkout": two_totals}), "amount_not_minor_units"),
-        ("negative total", json!({"checkout": with_total(json!(-2400))}), "amount_not_minor_units"),
-        ("no URLs", json!({"checkout": no_urls}), "merchant_not_allowed"),
+        (
+            "float total",
+            json!({"checkout": with_total(json!(24.0))}),
+            "amount_not_minor_units",
+        ),
+        (
+            "major units",
+            json!({"checkout": with_total(json!(23.99))}),
+            "amount_not_minor_units",
+        ),
+        (
+            "float price",
+            json!({"checkout": float_price}),
+            "amount_not_minor_units",
+        ),
+        (
+            "string total",
+            json!({"checkout": with_total(json!("2400"))}),
+            "amount_not_minor_units",
+        ),
+        (
+            "two totals",
+            json!({"checkout": two_totals}),
+            "amount_not_minor_units",
+        ),
+        (
+            "negative total",
+            json!({"checkout": with_total(json!(-2400))}),
+            "amount_not_minor_units",
+        ),
+        (
+            "no URLs",
+            json!({"checkout": no_urls}),
+            "merchant_not_allowed",
+        ),
         ("hang", json!({"hang": true}), "checkout_unreadable"),
         ("crash mid-call", json!({"exit": 9}), "checkout_unreadable"),
-        ("10 MB answer", json!({"huge": 10 * 1024 * 1024}), "checkout_unreadable"),
-        ("invalid JSON line", json!({"raw": "{\"jsonrpc\":\"2.0\",\"id\":"}), "checkout_unreadable"),
+        (
+            "10 MB answer",
+            json!({"huge": 10 * 1024 * 1024}),
+            "checkout_unreadable",
+        ),
+        (
+            "invalid JSON line",
+            json!({"raw": "{\"jsonrpc\":\"2.0\",\"id\":"}),
+            "checkout_unreadable",
+        ),
         (
             "text that is not JSON",
             json!({"result": {"content": [{"type": "text", "text": "{not json"}]}}),
@@ -103,8 +140,16 @@ fn a_shop_that_misreports_the_checkout_is_refused_before_payment() {
         let mut mcp = world.proxy();
         let answer = mcp.pay(CHECKOUT);
         assert_eq!(answer["isError"], true, "{name}: {answer}");
-        assert_eq!(verdict(&answer), ("denied".into(), reason.into(), None), "{name}: {answer}");
-        assert_eq!(completes_sent(&world), 0, "{name}: the payment must not be forwarded");
+        assert_eq!(
+            verdict(&answer),
+            ("denied".into(), reason.into(), None),
+            "{name}: {answer}"
+        );
+        assert_eq!(
+            completes_sent(&world),
+            0,
+            "{name}: the payment must not be forwarded"
+        );
         still_serving(&mut mcp);
         assert_eq!(spend(&world), (0, 0), "{name}");
     }
@@ -122,13 +167,33 @@ fn what_the_shop_answers_to_the_payment_settles_it_fail_closed() {
     // (name, complete action, expected (settled, in flight))
     let cases: Vec<(&str, Value, (i64, i64))> = vec![
         ("as quoted", completed(json!(2400)), (2400, 0)),
-        ("charged more than quoted", completed(json!(2600)), (2600, 0)),
-        ("charged less than quoted", completed(json!(2000)), (2400, 0)),
-        ("float total on completion", completed(json!(26.0)), (2400, 0)),
-        ("declined", json!({"error": {"code": -32000, "message": "card declined"}}), (0, 0)),
+        (
+            "charged more than quoted",
+            completed(json!(2600)),
+            (2600, 0),
+        ),
+        (
+            "charged less than quoted",
+            completed(json!(2000)),
+            (2400, 0),
+        ),
+        (
+            "float total on completion",
+            completed(json!(26.0)),
+            (2400, 0),
+        ),
+        (
+            "declined",
+            json!({"error": {"code": -32000, "message": "card declined"}}),
+            (0, 0),
+        ),
         ("crash mid-call", json!({"exit": 9}), (0, 2400)),
         ("10 MB answer", json!({"huge": 10 * 1024 * 1024}), (0, 2400)),
-        ("invalid JSON line", json!({"raw": "{\"jsonrpc\":"}), (0, 2400)),
+        (
+            "invalid JSON line",
+            json!({"raw": "{\"jsonrpc\":"}),
+            (0, 2400),
+        ),
         ("hang", json!({"hang": true}), (0, 2400)),
     ];
     for (name, action, expected) in cases {
@@ -157,7 +222,10 @@ fn what_the_shop_answers_to_the_payment_settles_it_fail_closed() {
             assert!(note.contains("2600") && note.contains("2400"), "{note}");
         }
         if expected.1 > 0 {
-            assert!(answer.to_string().contains("outcome is unknown"), "{name}: {answer}");
+            assert!(
+                answer.to_string().contains("outcome is unknown"),
+                "{name}: {answer}"
+            );
         }
     }
 }

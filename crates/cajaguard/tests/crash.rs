@@ -50,8 +50,10 @@ fn checkout_template(total: i64) -> Value {
     let mut c = ready_checkout("template");
     c["line_items"][0]["item"]["price"] = json!(total);
     c["line_items"][0]["quantity"] = json!(1);
-    c["line_items"][0]["totals"] = json!([{ "type": "subtotal", "amount": total }, { "type": "total", "amount": total }]);
-    c["totals"] = json!([{ "type": "subtotal", "amount": total }, { "type": "total", "amount": total }]);
+    c["line_items"][0]["totals"] =
+        json!([{ "type": "subtotal", "amount": total }, { "type": "total", "amount": total }]);
+    c["totals"] =
+        json!([{ "type": "subtotal", "amount": total }, { "type": "total", "amount": total }]);
     c
 }
 
@@ -70,7 +72,11 @@ fn script(state: &Path, get_ms: u64, before_ms: u64, after_ms: u64) -> Value {
 }
 
 fn total_of(checkout: &str) -> i64 {
-    if checkout.contains("/big/") { BIG } else { SMALL }
+    if checkout.contains("/big/") {
+        BIG
+    } else {
+        SMALL
+    }
 }
 
 /// Checkouts the shop completed (its state directory holds one file per checkout, named in hex).
@@ -126,7 +132,10 @@ fn used_approvals(world: &World) -> Vec<(String, String)> {
 fn window_spend(world: &World) -> (i64, i64) {
     let store = cajaguard::store::Store::open(&world.home).unwrap();
     let spend = store
-        .window_spend(Duration::from_secs(24 * 3600), time::OffsetDateTime::now_utc())
+        .window_spend(
+            Duration::from_secs(24 * 3600),
+            time::OffsetDateTime::now_utc(),
+        )
         .unwrap();
     let usd = spend.get("USD").copied().unwrap_or_default();
     (usd.settled, usd.in_flight)
@@ -198,7 +207,11 @@ fn sigkill_at_any_point_of_complete_checkout_loses_nothing_and_double_counts_not
             let (_, reason, request_id) = verdict(&answer);
             if reason == "pending_approval" {
                 let out = world.cli(&["approve", request_id.as_deref().unwrap(), "--yes"]);
-                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
                 *approvals_signed.entry(checkout.clone()).or_default() += 1;
             }
         }
@@ -243,7 +256,10 @@ fn sigkill_at_any_point_of_complete_checkout_loses_nothing_and_double_counts_not
         assert!(
             Instant::now() < deadline,
             "reservations still in flight after reconciliation (seed {seed}): {:?}",
-            ledger(&world).iter().filter(|(_, (s, _))| s == "in_flight").collect::<Vec<_>>()
+            ledger(&world)
+                .iter()
+                .filter(|(_, (s, _))| s == "in_flight")
+                .collect::<Vec<_>>()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -293,7 +309,10 @@ fn sigkill_at_any_point_of_complete_checkout_loses_nothing_and_double_counts_not
     let mut mcp = world.proxy();
     let mut replays = 0;
     for checkout in uses.keys().filter(|c| !completed.contains(*c)).take(5) {
-        let answer = mcp.call("complete_checkout", Mcp::complete_arguments(checkout, &uuid()));
+        let answer = mcp.call(
+            "complete_checkout",
+            Mcp::complete_arguments(checkout, &uuid()),
+        );
         let (verdict, reason, _) = verdict(&answer);
         // Blocked (approval_already_used), or denied if the window is full by now.
         assert!(
@@ -304,14 +323,21 @@ fn sigkill_at_any_point_of_complete_checkout_loses_nothing_and_double_counts_not
     }
     // A completed checkout is never paid again, whatever the key.
     for checkout in completed.iter().take(5) {
-        let answer = mcp.call("complete_checkout", Mcp::complete_arguments(checkout, &uuid()));
+        let answer = mcp.call(
+            "complete_checkout",
+            Mcp::complete_arguments(checkout, &uuid()),
+        );
         assert_ne!(
             verdict(&answer).0,
             "allow",
             "{checkout} was completed, yet paid again (seed {seed})"
         );
     }
-    assert_eq!(window_spend(&world), (expected, 0), "nothing more was counted (seed {seed})");
+    assert_eq!(
+        window_spend(&world),
+        (expected, 0),
+        "nothing more was counted (seed {seed})"
+    );
     eprintln!(
         "crash test: {} checkouts completed (USD {}.{:02}), {} released, {replays} approval replays refused",
         completed.len(),

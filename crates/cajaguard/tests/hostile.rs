@@ -65,7 +65,9 @@ fn malformed_json_rpc_is_answered_and_the_proxy_stays_up() {
         assert!(answer.get("error").is_some(), "{line}: {answer}");
     }
     // Not UTF-8, a response nobody asked for, a notification with no method: no answer, no harm.
-    mcp.send_line(&String::from_utf8_lossy(b"{\"id\":1,\"method\":\"\xff\xfe\"}"));
+    mcp.send_line(&String::from_utf8_lossy(
+        b"{\"id\":1,\"method\":\"\xff\xfe\"}",
+    ));
     let _ = mcp.read_message();
     mcp.send_line("{\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{}}");
     mcp.send_line("{\"jsonrpc\":\"2.0\"}");
@@ -96,7 +98,10 @@ fn oversized_and_deeply_nested_messages_get_a_clear_error() {
             ));
             let answer = mcp.read_message();
             let message = error_message(&answer);
-            assert!(message.contains("nested more than 128 levels"), "{tool} {depth}: {message}");
+            assert!(
+                message.contains("nested more than 128 levels"),
+                "{tool} {depth}: {message}"
+            );
         }
         alive(&mut mcp);
     }
@@ -193,13 +198,18 @@ fn look_alike_tool_names_are_refused_and_kept_out_of_the_audit_log_raw() {
 
     let lines = world.test_shop_lines();
     assert!(
-        !lines.iter().any(|l| l.contains("\"tools/call\"") && l.contains("complete_checkout")),
+        !lines
+            .iter()
+            .any(|l| l.contains("\"tools/call\"") && l.contains("complete_checkout")),
         "no look-alike reached the shop as a payment: {lines:?}"
     );
     let audit = audit_texts(&world);
     assert!(audit.len() >= names.len(), "{audit:?}");
     for row in &audit {
-        assert!(clean(row), "raw control characters in the audit log: {row:?}");
+        assert!(
+            clean(row),
+            "raw control characters in the audit log: {row:?}"
+        );
     }
     assert!(
         audit.iter().any(|r| r.contains("\\u{441}omplete_checkout")),
@@ -210,13 +220,16 @@ fn look_alike_tool_names_are_refused_and_kept_out_of_the_audit_log_raw() {
 #[test]
 fn approve_shows_shop_text_without_terminal_escapes() {
     let mut checkout = ready_checkout("gid://test/Checkout/evil");
-    let title = "Day pack\u{1b}[2J\u{1b}[31m\u{1b}]0;owned\u{7}\u{202e}kcap\r\nmerchant: trusted.example";
+    let title =
+        "Day pack\u{1b}[2J\u{1b}[31m\u{1b}]0;owned\u{7}\u{202e}kcap\r\nmerchant: trusted.example";
     checkout["line_items"][0]["item"]["title"] = json!(title);
     checkout["line_items"][0]["item"]["price"] = json!(8900);
     checkout["line_items"][0]["quantity"] = json!(1);
     checkout["line_items"][0]["totals"] = json!([{"type": "total", "amount": 8900}]);
-    checkout["totals"] = json!([{"type": "subtotal", "amount": 8900}, {"type": "total", "amount": 8900}]);
-    let world = World::with_test_shop(json!({ "on": { "get_checkout": [{"checkout": checkout}] } }));
+    checkout["totals"] =
+        json!([{"type": "subtotal", "amount": 8900}, {"type": "total", "amount": 8900}]);
+    let world =
+        World::with_test_shop(json!({ "on": { "get_checkout": [{"checkout": checkout}] } }));
     let mut mcp = world.proxy();
     let blocked = mcp.complete(
         "gid://test/Checkout/evil",
@@ -240,11 +253,13 @@ fn approve_shows_shop_text_without_terminal_escapes() {
     );
     assert!(out.status.success(), "{shown}");
     assert!(
-        shown.chars().all(|c| c == '\n' || !c.is_control())
-            && !shown.contains('\u{202e}'),
+        shown.chars().all(|c| c == '\n' || !c.is_control()) && !shown.contains('\u{202e}'),
         "escapes reached the terminal: {shown:?}"
     );
     assert!(shown.contains("Day pack"), "{shown}");
     // The injected newline cannot fake a line of its own.
-    assert!(!shown.lines().any(|l| l.starts_with("merchant: trusted")), "{shown}");
+    assert!(
+        !shown.lines().any(|l| l.starts_with("merchant: trusted")),
+        "{shown}"
+    );
 }

@@ -106,7 +106,11 @@ fn the_same_key_with_another_body_does_not_release_the_first_attempt() {
     // Forwarded as a retry; the shop's own idempotency check refuses it (passed back as is).
     assert_eq!(other_body["error"]["code"], -32000, "{other_body}");
     assert_eq!(completes_with_key(&world, &key), 2);
-    assert_eq!(spend(&world), (0, 2400), "the first attempt's outcome is still unknown");
+    assert_eq!(
+        spend(&world),
+        (0, 2400),
+        "the first attempt's outcome is still unknown"
+    );
     let new_key = pay(&mut mcp, &uuid(), TEST_TOKEN);
     assert_eq!(verdict(&new_key).1, "payment_in_flight", "{new_key}");
 }
@@ -209,7 +213,11 @@ fn a_restart_reconciles_what_a_crash_left_in_flight() {
     let _mcp = world.proxy();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while spend(&world) != (2600, 0) {
-        assert!(std::time::Instant::now() < deadline, "not reconciled: {:?}", spend(&world));
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not reconciled: {:?}",
+            spend(&world)
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -147,7 +147,12 @@ fn purchase_many(dir: &Path, worker: &str, n: usize) -> (i64, i64) {
                 }
             };
             store
-                .settle(&request.checkout_id, &request.idempotency_key, &settlement, now)
+                .settle(
+                    &request.checkout_id,
+                    &request.idempotency_key,
+                    &settlement,
+                    now,
+                )
                 .unwrap();
         } else {
             assert_eq!(outcome.ruling.reason.as_str(), "over_window_cap");
@@ -195,7 +200,12 @@ fn eight_processes_times_a_thousand_split_purchases_never_overspend() {
     let children: Vec<_> = (0..WORKERS)
         .map(|n| {
             Command::new(&exe)
-                .args(["soak_worker_process", "--exact", "--nocapture", "--test-threads=1"])
+                .args([
+                    "soak_worker_process",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
                 .env(WORKER_ENV, format!("w{n}:{}", dir.display()))
                 .stdout(std::process::Stdio::piped())
                 .spawn()
@@ -232,7 +242,10 @@ fn eight_processes_times_a_thousand_split_purchases_never_overspend() {
     assert_eq!((usd.settled, usd.in_flight), (completed, 0));
     if purchases() >= 1000 {
         // The window was reached: no more than one more purchase would have fitted.
-        assert!(usd.settled + PRICE > WINDOW, "the window was never filled: {usd:?}");
+        assert!(
+            usd.settled + PRICE > WINDOW,
+            "the window was never filled: {usd:?}"
+        );
     }
 }
 
@@ -243,7 +256,8 @@ fn eight_proxies_times_sixty_purchases_end_to_end_never_overspend() {
     template["line_items"][0]["item"]["price"] = json!(500);
     template["line_items"][0]["quantity"] = json!(1);
     template["line_items"][0]["totals"] = json!([{"type": "total", "amount": 500}]);
-    template["totals"] = json!([{"type": "subtotal", "amount": 500}, {"type": "total", "amount": 500}]);
+    template["totals"] =
+        json!([{"type": "subtotal", "amount": 500}, {"type": "total", "amount": 500}]);
     let options = Options {
         caps: json!({ "USD": { "approval_above": "50.00", "per_transaction": "100.00", "window": "1000.00" } }),
         ..Options::default()
@@ -288,7 +302,10 @@ fn eight_proxies_times_sixty_purchases_end_to_end_never_overspend() {
     let paid = std::fs::read_dir(state.path()).unwrap().count();
     let store = Store::open(&world.home).unwrap();
     let usd = store
-        .window_spend(Duration::from_secs(24 * 3600), time::OffsetDateTime::now_utc())
+        .window_spend(
+            Duration::from_secs(24 * 3600),
+            time::OffsetDateTime::now_utc(),
+        )
         .unwrap()["USD"];
     eprintln!(
         "soak e2e: {} purchases through {WORKERS} proxies in {:.1?}: {allowed} allowed, {paid} paid",
@@ -310,9 +327,15 @@ fn one_approval_raced_by_two_proxies_is_used_once_ten_times_over() {
     for round in 0..10 {
         let mut first = world.proxy();
         let checkout = first.create_checkout("day-pack", 1);
-        let request_id = verdict(&first.pay(&checkout)).2.expect("blocked with a request id");
+        let request_id = verdict(&first.pay(&checkout))
+            .2
+            .expect("blocked with a request id");
         let out = world.cli(&["approve", &request_id, "--yes"]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let mut second = world.proxy();
         let barrier = Arc::new(Barrier::new(2));
         let verdicts: Vec<String> = std::thread::scope(|scope| {

@@ -10,7 +10,11 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use support::*;
 
 fn mode(path: &std::path::Path) -> u32 {
-    std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777
 }
 
 fn stderr(out: &std::process::Output) -> String {
@@ -23,7 +27,11 @@ fn a_world_writable_config_or_config_folder_is_refused_with_exit_2() {
     std::fs::set_permissions(&world.config, std::fs::Permissions::from_mode(0o666)).unwrap();
     let out = world.cli(&["status"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("writable by every user"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("writable by every user"),
+        "{}",
+        stderr(&out)
+    );
     std::fs::set_permissions(&world.config, std::fs::Permissions::from_mode(0o644)).unwrap();
     assert_eq!(world.cli(&["status"]).status.code(), Some(0));
 
@@ -31,10 +39,19 @@ fn a_world_writable_config_or_config_folder_is_refused_with_exit_2() {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let out = world.cli(&["status"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("replace the config"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("replace the config"),
+        "{}",
+        stderr(&out)
+    );
     // Sticky, like /tmp: others cannot replace the file, so it is fine.
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    assert_eq!(world.cli(&["status"]).status.code(), Some(0), "{}", stderr(&world.cli(&["status"])));
+    assert_eq!(
+        world.cli(&["status"]).status.code(),
+        Some(0),
+        "{}",
+        stderr(&world.cli(&["status"]))
+    );
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
 }
 
@@ -51,7 +68,11 @@ fn a_world_writable_trusted_key_is_refused() {
         .output()
         .unwrap();
     assert_eq!(out_mcp.status.code(), Some(2), "{}", stderr(&out_mcp));
-    assert!(stderr(&out_mcp).contains("swap in their own key"), "{}", stderr(&out_mcp));
+    assert!(
+        stderr(&out_mcp).contains("swap in their own key"),
+        "{}",
+        stderr(&out_mcp)
+    );
     // `status` reads no keys; it still works.
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }

@@ -87,7 +87,12 @@ impl Proxy {
     /// flight, `result` (the shop's fresh `get_checkout` answer) may say how it ended. A release
     /// of the same idempotency key is left to the retry path, which forwards that key again
     /// without a second approval, as SPEC §4.13 wants.
-    pub(super) fn reconcile_at_hand(&self, request: &CompleteRequest, result: &Value, agent: &Value) {
+    pub(super) fn reconcile_at_hand(
+        &self,
+        request: &CompleteRequest,
+        result: &Value,
+        agent: &Value,
+    ) {
         let rows = match self.store.in_flight() {
             Ok(rows) => rows,
             Err(e) => {
@@ -108,7 +113,13 @@ impl Proxy {
     }
 
     /// Reads the shop's answer for `row` and records what it says; a release only when `may_release`.
-    fn settle_from_reading(&self, row: &InFlight, result: &Value, agent: &Value, may_release: bool) {
+    fn settle_from_reading(
+        &self,
+        row: &InFlight,
+        result: &Value,
+        agent: &Value,
+        may_release: bool,
+    ) {
         let order_total = settle::checkout_in_result(result)
             .as_ref()
             .and_then(|checkout| settle::order_to_ask(checkout).map(str::to_owned))
