@@ -49,21 +49,7 @@ pub fn classify(result: Result<&serde_json::Value, bool>, quoted_total: i64) -> 
     }
     match checkout.get("status").and_then(Value::as_str) {
         Some("completed") => {
-            let shop_total = checkout
-                .get("totals")
-                .and_then(Value::as_array)
-                .and_then(|totals| {
-                    let mut found = totals
-                        .iter()
-                        .filter(|t| t.get("type").and_then(Value::as_str) == Some("total"));
-                    let one = found.next()?;
-                    if found.next().is_some() {
-                        return None;
-                    }
-                    one.get("amount")
-                        .and_then(Value::as_i64)
-                        .filter(|a| (0..=MAX_MINOR).contains(a))
-                });
+            let shop_total = single_total(&Value::Object(checkout.clone()));
             match shop_total {
                 Some(t) if t > quoted_total => Settlement::Completed {
                     charged: t,
@@ -95,4 +81,79 @@ fn checkout_of(result: &serde_json::Map<String, Value>) -> Option<Value> {
         let parsed: Value = serde_json::from_str(c.get("text")?.as_str()?).ok()?;
         parsed.is_object().then_some(parsed)
     })
+}
+
+/// What a reservation whose outcome was never learnt (the proxy crashed, or the shop did not
+/// answer) comes to, read back from the shop: `result` is the shop's `tools/call` result of
+/// `get_checkout` for that checkout, `order_total` the single total of the order it names (when the
+/// caller asked `get_order` because the checkout's own total is unreadable), `reserved` the amount
+/// held for it.
+///
+/// Unlike [`classify`], an answer the reconciler cannot read is never a release: an error, a
+/// missing checkout or an unknown status keeps the reservation (fail closed), since the payment may
+/// have happened. `completed` counts the higher of the reservation and the shop's total; a checkout
+/// still open (`ready_for_complete`, `incomplete`) or `canceled` was not paid. The caller decides
+/// whether the attempt is old enough that no live call can still complete it.
+pub fn reconcile(result: &Value, order_total: Option<i64>, reserved: i64) -> Settlement {
+    let Some(obj) = result.as_object() else {
+        return Settlement::Unknown;
+    };
+    if obj.get("isError").and_then(Value::as_bool) == Some(true) {
+        return Settlement::Unknown;
+    }
+    let Some(checkout) = checkout_of(obj) else {
+        return Settlement::Unknown;
+    };
+    let ucp_error = checkout
+        .get("ucp")
+        .and_then(|u| u.get("status"))
+        .and_then(Value::as_str)
+        .is_some_and(|s| s == "error");
+    if ucp_error {
+        return Settlement::Unknown;
+    }
+    match checkout.get("status").and_then(Value::as_str) {
+        Some("completed") => match single_total(&checkout).or(order_total) {
+            Some(t) if t > reserved => Settlement::Completed {
+                charged: t,
+                mismatch: true,
+            },
+            _ => Settlement::Completed {
+                charged: reserved,
+                mismatch: false,
+            },
+        },
+        Some("ready_for_complete" | "incomplete" | "canceled") => Settlement::Released,
+        _ => Settlement::Unknown,
+    }
+}
+
+/// The checkout inside a `get_checkout` result (structured content or JSON text), if any.
+pub fn checkout_in_result(result: &Value) -> Option<Value> {
+    checkout_of(result.as_object()?)
+}
+
+/// `order.id` of a completed checkout, when its own total cannot be read and the order must be asked.
+pub fn order_to_ask(checkout: &Value) -> Option<&str> {
+    if checkout.get("status").and_then(Value::as_str) != Some("completed")
+        || single_total(checkout).is_some()
+    {
+        return None;
+    }
+    checkout.pointer("/order/id").and_then(Value::as_str)
+}
+
+/// The one `totals[]` entry of type `total` of a checkout or an order, if it is a readable amount.
+pub fn single_total(document: &Value) -> Option<i64> {
+    let totals = document.get("totals")?.as_array()?;
+    let mut found = totals
+        .iter()
+        .filter(|t| t.get("type").and_then(Value::as_str) == Some("total"));
+    let one = found.next()?;
+    if found.next().is_some() {
+        return None;
+    }
+    one.get("amount")
+        .and_then(Value::as_i64)
+        .filter(|a| (0..=MAX_MINOR).contains(a))
 }

@@ -107,3 +107,77 @@ fn unknown_outcomes_keep_the_reservation() {
         Settlement::Unknown
     );
 }
+
+mod reconcile {
+    use super::*;
+    use cajaguard_core::settle::{order_to_ask, reconcile};
+
+    #[test]
+    fn a_completed_checkout_settles_with_the_higher_total() {
+        assert_eq!(
+            reconcile(&result(checkout("completed", json!(2400))), None, 2400),
+            Settlement::Completed {
+                charged: 2400,
+                mismatch: false
+            }
+        );
+        assert_eq!(
+            reconcile(&result(checkout("completed", json!(2600))), None, 2400),
+            Settlement::Completed {
+                charged: 2600,
+                mismatch: true
+            }
+        );
+        // The checkout's total is unreadable: the order's counts, else the reservation.
+        let mut c = checkout("completed", json!(24.0));
+        c["order"] =
+            json!({"id": "gid://shop/Order/9", "permalink_url": "https://shop.example/o/9"});
+        assert_eq!(order_to_ask(&c), Some("gid://shop/Order/9"));
+        assert_eq!(
+            reconcile(&result(c.clone()), Some(2500), 2400),
+            Settlement::Completed {
+                charged: 2500,
+                mismatch: true
+            }
+        );
+        assert_eq!(
+            reconcile(&result(c), None, 2400),
+            Settlement::Completed {
+                charged: 2400,
+                mismatch: false
+            }
+        );
+        assert_eq!(order_to_ask(&checkout("completed", json!(1))), None);
+    }
+
+    #[test]
+    fn an_open_or_canceled_checkout_was_not_paid() {
+        for status in ["ready_for_complete", "incomplete", "canceled"] {
+            assert_eq!(
+                reconcile(&result(checkout(status, json!(2400))), None, 2400),
+                Settlement::Released,
+                "{status}"
+            );
+        }
+    }
+
+    #[test]
+    fn anything_unreadable_keeps_the_reservation() {
+        let error = json!({"ucp": {"version": "2026-08-25", "status": "error"}, "messages": [{"type": "error", "code": "not_found"}]});
+        for answer in [
+            json!({"isError": true, "content": [{"type": "text", "text": "boom"}]}),
+            json!({"content": [{"type": "text", "text": "not json"}]}),
+            result(error),
+            result(checkout("complete_in_progress", json!(2400))),
+            result(checkout("requires_escalation", json!(2400))),
+            result(json!({"id": "x"})),
+            json!([]),
+        ] {
+            assert_eq!(
+                reconcile(&answer, None, 2400),
+                Settlement::Unknown,
+                "{answer}"
+            );
+        }
+    }
+}

@@ -14,7 +14,14 @@
 //! `{"error": {...}}` (a JSON-RPC error object), `{"hang": true}`, `{"exit": N}`,
 //! `{"raw": "..."}` (a line sent as is, with the request's id nowhere), `{"huge": BYTES}` (a result
 //! with a text part of that size), and any of them may carry `"progress": N` to send N progress
-//! notifications first (for the request's `_meta.progressToken`).
+//! notifications first (for the request's `_meta.progressToken`) and `"delay_ms": N` to wait first.
+//!
+//! A stateful shop, for crash tests, keeps which checkouts it completed in the directory
+//! `"state"` names (one file per checkout, so several shop processes may share it):
+//! `{"stateful_get": true}` answers `get_checkout` with the first `"checkouts"` template whose key
+//! prefixes the requested id (with that id), `completed` with an `order` once completed;
+//! `{"stateful_complete": true, "after_ms": N}` records the completion (the first idempotency key
+//! wins; another key is refused as already completed), waits `after_ms`, then answers it.
 //! Every line received is appended to the record file before it is handled.
 
 use std::collections::HashMap;
@@ -128,7 +135,8 @@ impl Shop {
                 let tool = message["params"]["name"].as_str().unwrap_or("").to_owned();
                 let token = message["params"]["_meta"]["progressToken"].clone();
                 let action = self.next_action(&tool);
-                return self.act(&id, &tool, &token, &action);
+                let arguments = message["params"]["arguments"].clone();
+                return self.act(&id, &tool, &token, &action, &arguments);
             }
             "ping" => self.send(&json!({"jsonrpc": "2.0", "id": id, "result": {}})),
             _ => self.send(&json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "unknown method"}})),
@@ -147,7 +155,17 @@ impl Shop {
         action.unwrap_or_else(|| json!({"result": {"content": [{"type": "text", "text": "ok"}]}}))
     }
 
-    fn act(&mut self, id: &Value, tool: &str, token: &Value, action: &Value) -> Option<u8> {
+    fn act(
+        &mut self,
+        id: &Value,
+        tool: &str,
+        token: &Value,
+        action: &Value,
+        arguments: &Value,
+    ) -> Option<u8> {
+        if let Some(ms) = action.get("delay_ms").and_then(Value::as_u64) {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
         for i in 0..action["progress"].as_u64().unwrap_or(0) {
             self.send(&json!({"jsonrpc": "2.0", "method": "notifications/progress",
                 "params": {"progressToken": token, "progress": i + 1, "message": format!("{tool} step {}", i + 1)}}));
@@ -164,11 +182,92 @@ impl Shop {
         } else if let Some(bytes) = action.get("huge").and_then(Value::as_u64) {
             let text = "x".repeat(usize::try_from(bytes).unwrap_or(0));
             self.send(&json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}}));
+        } else if action.get("stateful_get").is_some() {
+            let answer = self.stateful_checkout(arguments["id"].as_str().unwrap_or(""));
+            self.send_checkout(id, answer);
+        } else if action.get("stateful_complete").is_some() {
+            let answer = self.stateful_complete(arguments);
+            if let Some(ms) = action.get("after_ms").and_then(Value::as_u64) {
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+            }
+            match answer {
+                Ok(checkout) => self.send_checkout(id, checkout),
+                Err(message) => self.send(&json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": message}})),
+            }
         } else if let Some(code) = action.get("exit").and_then(Value::as_u64) {
             return Some(u8::try_from(code).unwrap_or(1));
         }
         // `hang`: answer nothing.
         None
+    }
+}
+
+impl Shop {
+    fn send_checkout(&mut self, id: &Value, checkout: Value) {
+        let result = json!({"content": [{"type": "text", "text": checkout.to_string()}], "structuredContent": checkout});
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    }
+
+    fn state_file(&self, checkout_id: &str) -> Option<std::path::PathBuf> {
+        let dir = self.script["state"].as_str()?;
+        let name: String = checkout_id.bytes().map(|b| format!("{b:02x}")).collect();
+        Some(std::path::Path::new(dir).join(name))
+    }
+
+    /// The template for `checkout_id`, open, or completed (with its order) if the state says so.
+    fn stateful_checkout(&self, checkout_id: &str) -> Value {
+        let template = self.script["checkouts"]
+            .as_object()
+            .and_then(|t| {
+                t.iter()
+                    .find(|(prefix, _)| checkout_id.starts_with(prefix.as_str()))
+            })
+            .map(|(_, c)| c.clone());
+        let Some(mut checkout) = template else {
+            return json!({"ucp": {"version": "2026-08-25", "status": "error"},
+                          "messages": [{"type": "error", "code": "not_found", "content": "no such checkout"}]});
+        };
+        checkout["id"] = json!(checkout_id);
+        let completed = self
+            .state_file(checkout_id)
+            .and_then(|f| std::fs::read_to_string(f).ok());
+        if completed.is_some() {
+            checkout["status"] = json!("completed");
+            checkout["order"] = json!({"id": format!("{checkout_id}/order"), "permalink_url": "https://shop.example/orders/1"});
+        }
+        checkout
+    }
+
+    /// Records the completion durably before answering: a shop killed after this line has charged.
+    fn stateful_complete(&self, arguments: &Value) -> Result<Value, String> {
+        let checkout_id = arguments["id"].as_str().unwrap_or("");
+        let key = arguments["meta"]["idempotency-key"].as_str().unwrap_or("");
+        let checkout = self.stateful_checkout(checkout_id);
+        if checkout.get("status").and_then(Value::as_str) != Some("ready_for_complete")
+            && checkout.get("status").and_then(Value::as_str) != Some("completed")
+        {
+            return Err("not found".into());
+        }
+        let Some(file) = self.state_file(checkout_id) else {
+            return Err("the script has no state directory".into());
+        };
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&file)
+        {
+            Ok(mut f) => {
+                let _ = f.write_all(key.as_bytes());
+                let _ = f.sync_all();
+            }
+            Err(_) => {
+                // Already completed: the same key gets the same answer, another key a refusal.
+                if std::fs::read_to_string(&file).ok().as_deref() != Some(key) {
+                    return Err("checkout already completed".into());
+                }
+            }
+        }
+        Ok(self.stateful_checkout(checkout_id))
     }
 }
 

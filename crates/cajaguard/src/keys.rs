@@ -61,6 +61,12 @@ pub enum KeyError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// A trusted key anyone may rewrite: whoever replaces it can approve payments.
+    #[error(
+        "the trusted key {} is writable by other users (mode {mode:o}): anyone could swap in their own key and approve payments; run `chmod 644 {}`",
+        path.display(), path.display()
+    )]
+    TrustedKeyWritable { path: PathBuf, mode: u32 },
     /// The file is not a key of the expected kind (the message never holds key material).
     #[error("{} is not a valid {what}: {source}", path.display())]
     Parse {
@@ -288,6 +294,16 @@ pub fn load_public_key(path: &Path) -> Result<PublicKey, KeyError> {
 pub fn load_trusted_keys(paths: &[PathBuf]) -> Result<TrustedKeys, KeyError> {
     let mut keys = Vec::with_capacity(paths.len());
     for path in paths {
+        // The approver's public key is a trust root: refuse one that any user may rewrite.
+        if let Ok(meta) = fs::metadata(path) {
+            let mode = meta.permissions().mode() & 0o7777;
+            if mode & 0o002 != 0 {
+                return Err(KeyError::TrustedKeyWritable {
+                    path: path.clone(),
+                    mode,
+                });
+            }
+        }
         match load_public_key(path) {
             Ok(key) => keys.push(key),
             Err(KeyError::Read { path, source }) => {

@@ -154,6 +154,7 @@ pub fn load_policy(path: &Path) -> Result<Policy, Failure> {
             "check the --config path",
         )
     })?;
+    refuse_writable_by_others(&absolute)?;
     let user_home = env("HOME").map(PathBuf::from);
     let origin = ConfigOrigin {
         path: &absolute,
@@ -161,6 +162,41 @@ pub fn load_policy(path: &Path) -> Result<Policy, Failure> {
     };
     Policy::parse(&text, &origin)
         .map_err(|e| Failure::usage(e.to_string(), "fix the config file and run again"))
+}
+
+/// The config is a trust root (caps, merchants, trusted keys): one that any user may rewrite, or
+/// that sits in a folder where any user may replace it, could raise every cap. Refused (exit 2).
+/// A world-writable folder with the sticky bit (like /tmp) is fine: others cannot replace the file.
+fn refuse_writable_by_others(config: &Path) -> Result<(), Failure> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode_of = |path: &Path| std::fs::metadata(path).map(|m| m.permissions().mode());
+    if let Ok(mode) = mode_of(config)
+        && mode & 0o002 != 0
+    {
+        return Err(Failure::usage(
+            format!(
+                "the config {} is writable by every user (mode {:o}): anyone could raise the caps",
+                config.display(),
+                mode & 0o7777
+            ),
+            format!("run `chmod o-w {}`", config.display()),
+        ));
+    }
+    if let Some(dir) = config.parent()
+        && let Ok(mode) = mode_of(dir)
+        && mode & 0o002 != 0
+        && mode & 0o1000 == 0
+    {
+        return Err(Failure::usage(
+            format!(
+                "the config's folder {} is writable by every user (mode {:o}): anyone could replace the config",
+                dir.display(),
+                mode & 0o7777
+            ),
+            format!("run `chmod o-w {}` or move the config", dir.display()),
+        ));
+    }
+    Ok(())
 }
 
 pub fn env(name: &str) -> Option<OsString> {

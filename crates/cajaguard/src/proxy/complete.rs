@@ -40,15 +40,15 @@ impl Proxy {
             Ok(request) => request,
             Err(ruling) => return self.refuse(&ruling, audit, started),
         };
-        audit.checkout_id = Some(request.checkout_id.clone());
-        audit.idempotency_key = Some(request.idempotency_key.clone());
+        audit.checkout_id = Some(super::audit_text(&request.checkout_id));
+        audit.idempotency_key = Some(super::audit_text(&request.idempotency_key));
 
         let quote = match self.read_checkout(id, &request, arguments) {
             Ok(quote) => quote,
             Err(ruling) => return self.refuse(&ruling, audit, started),
         };
         audit.merchant = quote.merchant.clone();
-        audit.currency = Some(quote.currency.clone());
+        audit.currency = Some(super::audit_text(&quote.currency));
         audit.total = Some(quote.total);
 
         let digest = BasketDigest::of(&quote, &request.handler_ids);
@@ -100,6 +100,14 @@ impl Proxy {
             Ok(Reply::Error(_)) => settle::classify(Err(false), quote.total),
             Err(e) => settle::classify(Err(e.outcome_unknown()), quote.total),
         };
+        // A retry rides on an earlier attempt whose outcome is unknown: the shop's refusal of the
+        // retry (an idempotency conflict, "already in progress", a crash) says nothing about that
+        // first attempt, which may have charged. Only a completion ends it; anything else keeps
+        // the reservation until reconciliation reads the checkout (SPEC §4.13: counted once).
+        let settlement = match (&outcome.effect, settlement) {
+            (Effect::Retry, Settlement::Released) => Settlement::Unknown,
+            (_, settlement) => settlement,
+        };
         self.record_settlement(&request, &quote, &settlement, &audit, started);
         match answer {
             Ok(Reply::Result(result)) => {
@@ -110,7 +118,8 @@ impl Proxy {
         }
     }
 
-    /// SPEC §4.4: the shop's own `get_checkout`, never the agent's numbers.
+    /// SPEC §4.4: the shop's own `get_checkout`, never the agent's numbers. An earlier attempt on
+    /// this checkout still in flight is reconciled from the same answer first (see `reconcile`).
     fn read_checkout(
         &self,
         id: &RawValue,
@@ -122,10 +131,13 @@ impl Proxy {
             .cloned()
             .unwrap_or(Value::Null);
         let params = checkout::get_checkout_params(&agent, &request.checkout_id);
-        checkout::quote_from_reply(
-            self.shop_request(id, "tools/call", &params),
-            &request.checkout_id,
-        )
+        let reply = self.shop_request(id, "tools/call", &params);
+        if let Ok(Reply::Result(raw)) = &reply
+            && let Ok(result) = serde_json::from_str::<Value>(raw.get())
+        {
+            self.reconcile_at_hand(request, &result, &agent);
+        }
+        checkout::quote_from_reply(reply, &request.checkout_id)
     }
 
     fn record_settlement(

@@ -13,6 +13,7 @@ mod downstream;
 pub mod era;
 pub mod jsonrpc;
 pub mod rawjson;
+mod reconcile;
 mod tools;
 
 use std::collections::HashMap;
@@ -46,6 +47,11 @@ const MAX_CALLS_IN_FLIGHT: usize = 64;
 
 /// The largest message accepted from the agent. Arguments of a shopping call are a few KiB.
 pub const MAX_AGENT_MESSAGE_BYTES: usize = 1024 * 1024;
+
+/// How deep the JSON of a call may nest: serde_json's own recursion limit, which every parse of
+/// agent or shop JSON into a tree goes through (the envelope and raw values are skipped without
+/// recursion), so no walk over a parsed value can be deeper.
+pub const MAX_JSON_DEPTH: usize = 128;
 
 /// Told to the agent at `initialize` and `server/discover`.
 pub const INSTRUCTIONS: &str = "UCP shopping tools pass through CajaGuard. complete_checkout is gated by caps, a merchant allowlist and human approvals; a refusal comes back as a tool result with structuredContent.cajaguard (verdict, reason, detail, next).";
@@ -95,7 +101,7 @@ impl Proxy {
             }),
         )?;
         shop.handshake()?;
-        Ok(Arc::new(Proxy {
+        let proxy = Arc::new(Proxy {
             policy,
             trusted,
             store,
@@ -104,7 +110,10 @@ impl Proxy {
             out,
             calls: Mutex::new(HashMap::new()),
             calls_in_flight: AtomicUsize::new(0),
-        }))
+        });
+        // Reservations a crash or a silent shop left in flight (SPEC §4.13).
+        proxy.spawn_reconciler();
+        Ok(proxy)
     }
 
     /// Reads the agent's messages until end of input. Returns when the agent hangs up.
@@ -173,7 +182,10 @@ impl Proxy {
             _ => Answer::ErrorLine(jsonrpc::error(
                 Some(id),
                 jsonrpc::METHOD_NOT_FOUND,
-                &format!("{method} is not offered through CajaGuard"),
+                &format!(
+                    "{} is not offered through CajaGuard",
+                    sanitize_tool_name(method)
+                ),
             )),
         };
         let kind = if method == "tools/list" {
@@ -326,10 +338,19 @@ impl Proxy {
         let call: Call = match serde_json::from_str(params.get()) {
             Ok(call) => call,
             Err(e) => {
+                // serde_json stops at 128 levels of nesting, before any recursive walk of ours
+                // (duplicate keys, tripwire) could run out of stack; say so plainly.
+                let message = if e.to_string().contains("recursion limit") {
+                    format!(
+                        "tools/call params nested more than {MAX_JSON_DEPTH} levels deep are refused by CajaGuard"
+                    )
+                } else {
+                    format!("bad tools/call params: {e}")
+                };
                 return Answer::ErrorLine(jsonrpc::error(
                     Some(id),
                     jsonrpc::INVALID_PARAMS,
-                    &format!("bad tools/call params: {e}"),
+                    &message,
                 ));
             }
         };
@@ -487,9 +508,55 @@ fn server_info() -> String {
     )
 }
 
-/// Tool names come from the agent: keep the audit log printable and short.
-fn sanitize_tool_name(name: &str) -> String {
-    name.chars().filter(|c| !c.is_control()).take(64).collect()
+/// Names the agent chose (tools, methods) as they go into the audit log and error messages: at
+/// most 64 characters, printable ASCII as is and everything else as `\u{..}`. MCP tool names are
+/// ASCII, so nothing real is lost, while a control character, a bidi override, a zero-width space
+/// or a homoglyph (`сomplete_checkout` with a Cyrillic `с`) shows as what it is instead of passing
+/// for the real tool or rewriting a terminal.
+pub(crate) fn sanitize_tool_name(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if i == 64 {
+            out.push('…');
+            break;
+        }
+        if c.is_ascii_graphic() || c == ' ' {
+            out.push(c);
+        } else {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        }
+    }
+    out
+}
+
+/// Agent or shop text kept in the audit log (checkout ids, idempotency keys, currencies): control,
+/// bidi and invisible formatting characters written as `\u{..}`, so that reading the log in a
+/// terminal can neither run escape sequences nor show one id disguised as another. Other Unicode
+/// stays as it is. At most 256 characters.
+pub(crate) fn audit_text(text: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == 256 {
+            out.push('…');
+            break;
+        }
+        if is_invisible(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Control characters, and the format characters that change how text around them looks (bidi
+/// overrides and isolates, zero-width joiners and spaces, the BOM, variation and tag characters).
+pub(crate) fn is_invisible(c: char) -> bool {
+    c.is_control()
+        || matches!(u32::from(c),
+            0xad | 0x34f | 0x61c | 0x115f..=0x1160 | 0x17b4..=0x17b5 | 0x180b..=0x180f
+            | 0x200b..=0x200f | 0x2028..=0x202e | 0x2060..=0x206f | 0x3164 | 0xfe00..=0xfe0f
+            | 0xfeff | 0xffa0 | 0xfff0..=0xfffb | 0xe0000..=0xe0fff)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

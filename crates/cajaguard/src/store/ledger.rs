@@ -207,14 +207,19 @@ pub(super) fn reserve(
     bump(conn, r.currency, hour, 0, r.total)
 }
 
-/// A retry is forwarded without a new reservation, so the one it rides on must be there.
+/// A retry is forwarded without a new reservation, so the one it rides on must be there. Its
+/// `reserved_at` moves to `now`: reconciliation releases only reservations whose last forward is
+/// older than twice the shop timeout, and this retry is a forward a live proxy is waiting on.
 pub(super) fn check_retry(
     conn: &Connection,
     checkout_id: &str,
     idempotency_key: &str,
+    now: OffsetDateTime,
 ) -> Result<(), StoreError> {
     match row(conn, checkout_id)? {
         Some(row) if row.state == State::InFlight && row.idempotency_key == idempotency_key => {
+            conn.prepare_cached("UPDATE ledger SET reserved_at = ?2 WHERE checkout_id = ?1")?
+                .execute(params![checkout_id, micros(now)])?;
             Ok(())
         }
         _ => Err(StoreError::Inconsistent(format!(

@@ -133,6 +133,7 @@ pub struct InFlight {
     pub idempotency_key: String,
     pub currency: String,
     pub total: i64,
+    /// When the payment was last forwarded: the reservation, or a later retry of it.
     pub reserved_at: OffsetDateTime,
 }
 
@@ -219,7 +220,7 @@ impl Store {
                     }
                 }
                 Effect::Retry => {
-                    ledger::check_retry(&tx, &request.checkout_id, &request.idempotency_key)?
+                    ledger::check_retry(&tx, &request.checkout_id, &request.idempotency_key, now)?
                 }
                 Effect::Refuse {
                     pending: Some(pending),

@@ -228,6 +228,16 @@ impl World {
         World::build(Options::default(), Some(script))
     }
 
+    /// A world with these options whose shop is the scripted test shop.
+    pub fn with_options_and_test_shop(options: Options, script: Value) -> World {
+        World::build(options, Some(script))
+    }
+
+    /// Replaces the test shop's script; shops started from now on (each proxy starts its own) read it.
+    pub fn set_test_shop_script(&self, script: &Value) {
+        std::fs::write(self.dir.path().join("shop-script.json"), script.to_string()).unwrap();
+    }
+
     /// Every line the test shop received, in order.
     pub fn test_shop_lines(&self) -> Vec<String> {
         std::fs::read_to_string(self.dir.path().join("shop-record.jsonl"))
@@ -432,6 +442,37 @@ impl Mcp {
         self.stdin.flush().unwrap();
     }
 
+    /// SIGKILL, as a crash would: nothing is flushed, nothing is settled.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The proxy's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a request without waiting for its answer; returns its id.
+    pub fn send_request(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send_line(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
+        );
+        id
+    }
+
+    /// Waits for the answer to request `id` (skipping other messages).
+    pub fn answer_to(&mut self, id: u64) -> Value {
+        loop {
+            let message = self.read_message();
+            if message.get("id") == Some(&json!(id)) {
+                return message;
+            }
+        }
+    }
+
     pub fn read_message(&mut self) -> Value {
         let mut line = String::new();
         let n = self.stdout.read_line(&mut line).unwrap();
@@ -513,6 +554,15 @@ impl Mcp {
             json!(true),
             "update_checkout failed: {result}"
         );
+    }
+
+    /// The arguments of `complete_checkout` with one test instrument.
+    pub fn complete_arguments(checkout_id: &str, key: &str) -> Value {
+        json!({
+            "meta": { "ucp-agent": { "profile": AGENT }, "idempotency-key": key },
+            "id": checkout_id,
+            "checkout": { "payment": { "instruments": [instrument(TEST_HANDLER, TEST_TOKEN)] } },
+        })
     }
 
     /// `complete_checkout` with one instrument; `extra` is merged into `checkout`.

@@ -1,0 +1,202 @@
+//! Learning how a payment ended when the proxy never heard (SPEC §4.13): the proxy was killed after
+//! reserving, or the shop did not answer in time. Such a reservation stays in flight, counted
+//! against the window (fail closed), until the shop's own `get_checkout` says how it ended:
+//! `completed` settles it with the shop's total (the order's, when the checkout's cannot be read),
+//! a checkout still open or canceled releases it, and anything unreadable keeps it.
+//!
+//! A release must never race a payment that is still running: another `cajaguard mcp` sharing the
+//! home may be waiting for the shop's answer to the very call that reserved, and until the shop
+//! finishes, its checkout still reads `ready_for_complete`. So a release needs the reservation to be
+//! *stale*, older than twice the downstream timeout, by when any live proxy has given up on that
+//! call. A completion is safe to record at any age: the live proxy would settle the same amount.
+//!
+//! Reconciliation runs at start (in the background, so a slow shop does not hold up the agent) over
+//! every reservation in flight, and before each `complete_checkout` for the checkout at hand.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cajaguard_core::request::CompleteRequest;
+use cajaguard_core::settle::{self, Settlement};
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use super::checkout;
+use super::{Proxy, Reply};
+use crate::store::{AuditRecord, InFlight};
+
+/// The UCP agent identity CajaGuard uses when it reads a checkout back on its own account.
+const RECONCILER_PROFILE: &str = "https://cajaguard.invalid/profiles/reconciler.json";
+
+impl Proxy {
+    /// Starts the background pass over every reservation in flight.
+    pub(super) fn spawn_reconciler(self: &Arc<Proxy>) {
+        let proxy = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("reconcile".into())
+            .spawn(move || proxy.reconcile_in_flight());
+        if spawned.is_err() {
+            // Not fatal: the reservations stay counted and the next call for each checkout reconciles it.
+            tracing::warn!("cannot start the reconciliation thread");
+        }
+    }
+
+    /// One pass at start; a second once the reservations that were too young to release are stale.
+    fn reconcile_in_flight(&self) {
+        let grace = self.stale_after();
+        let mut young = false;
+        for pass in 0..2 {
+            if pass == 1 {
+                if !young {
+                    return;
+                }
+                std::thread::sleep(grace);
+            }
+            let rows = match self.store.in_flight() {
+                Ok(rows) => rows,
+                Err(e) => {
+                    tracing::warn!("cannot list reservations in flight to reconcile them: {e}");
+                    return;
+                }
+            };
+            young = false;
+            for row in rows {
+                let now = (self.clock)();
+                let stale = self.is_stale(&row, now);
+                young |= !stale;
+                let agent = serde_json::json!({ "profile": RECONCILER_PROFILE });
+                let params = checkout::get_checkout_params(&agent, &row.checkout_id);
+                let result = match self.shop.request("tools/call", Some(&params), &mut |_| {}) {
+                    Ok(Reply::Result(raw)) => serde_json::from_str::<Value>(raw.get()).ok(),
+                    Ok(Reply::Error(_)) => None,
+                    Err(e) => {
+                        // The shop is down or hanging: asking about the others would only wait
+                        // again; the next call for each checkout tries once more.
+                        tracing::warn!("reconciliation stopped: {e}");
+                        return;
+                    }
+                };
+                if let Some(result) = result {
+                    self.settle_from_reading(&row, &result, &agent, stale);
+                }
+            }
+        }
+    }
+
+    /// Before the gate decides on `request`'s checkout: if an earlier attempt on it is still in
+    /// flight, `result` (the shop's fresh `get_checkout` answer) may say how it ended. A release
+    /// of the same idempotency key is left to the retry path, which forwards that key again
+    /// without a second approval, as SPEC §4.13 wants.
+    pub(super) fn reconcile_at_hand(
+        &self,
+        request: &CompleteRequest,
+        result: &Value,
+        agent: &Value,
+    ) {
+        let rows = match self.store.in_flight() {
+            Ok(rows) => rows,
+            Err(e) => {
+                // The gate reads the same store next and refuses if it is broken.
+                tracing::warn!("cannot read reservations in flight: {e}");
+                return;
+            }
+        };
+        let Some(row) = rows
+            .into_iter()
+            .find(|row| row.checkout_id == request.checkout_id)
+        else {
+            return;
+        };
+        let may_release =
+            row.idempotency_key != request.idempotency_key && self.is_stale(&row, (self.clock)());
+        self.settle_from_reading(&row, result, agent, may_release);
+    }
+
+    /// Reads the shop's answer for `row` and records what it says; a release only when `may_release`.
+    fn settle_from_reading(
+        &self,
+        row: &InFlight,
+        result: &Value,
+        agent: &Value,
+        may_release: bool,
+    ) {
+        let order_total = settle::checkout_in_result(result)
+            .as_ref()
+            .and_then(|checkout| settle::order_to_ask(checkout).map(str::to_owned))
+            .and_then(|order_id| self.order_total(agent, &order_id));
+        let settlement = settle::reconcile(result, order_total, row.total);
+        let applies = match settlement {
+            Settlement::Completed { .. } => true,
+            Settlement::Released => may_release,
+            Settlement::Unknown => false,
+        };
+        if !applies {
+            return;
+        }
+        let now = (self.clock)();
+        if let Err(e) = self
+            .store
+            .settle(&row.checkout_id, &row.idempotency_key, &settlement, now)
+        {
+            tracing::error!("reconciliation not recorded, the reservation stays: {e}");
+            return;
+        }
+        let (reason, note) = match &settlement {
+            Settlement::Completed { charged, mismatch } => (
+                "reconciled_completed",
+                mismatch.then(|| {
+                    format!(
+                        "the shop charged {charged} minor units, more than the {} reserved",
+                        row.total
+                    )
+                }),
+            ),
+            _ => ("reconciled_released", None),
+        };
+        let record = AuditRecord {
+            at: now,
+            tool: super::tools::GATED_TOOL.into(),
+            verdict: "settled".into(),
+            reason: reason.into(),
+            merchant: None,
+            currency: Some(super::audit_text(&row.currency)),
+            total: Some(row.total),
+            request_id: None,
+            idempotency_key: Some(super::audit_text(&row.idempotency_key)),
+            checkout_id: Some(super::audit_text(&row.checkout_id)),
+            latency: Duration::ZERO,
+            note,
+        };
+        if let Err(e) = self.store.audit(&record) {
+            tracing::error!("audit record not written: {e}");
+        }
+    }
+
+    /// The single total of the order a completed checkout names, if the shop can tell.
+    fn order_total(&self, agent: &Value, order_id: &str) -> Option<i64> {
+        let params = serde_json::json!({
+            "name": "get_order",
+            "arguments": { "meta": { "ucp-agent": agent }, "id": order_id },
+        })
+        .to_string();
+        let Ok(Reply::Result(raw)) = self.shop.request("tools/call", Some(&params), &mut |_| {})
+        else {
+            return None;
+        };
+        let result: Value = serde_json::from_str(raw.get()).ok()?;
+        if result.get("isError").and_then(Value::as_bool) == Some(true) {
+            return None;
+        }
+        settle::single_total(&settle::checkout_in_result(&result)?)
+    }
+
+    /// Twice the downstream timeout: by then a live proxy that reserved has settled or given up.
+    fn stale_after(&self) -> Duration {
+        self.shop.timeout().saturating_mul(2)
+    }
+
+    fn is_stale(&self, row: &InFlight, now: OffsetDateTime) -> bool {
+        let age = now - row.reserved_at;
+        age >= time::Duration::try_from(self.stale_after()).unwrap_or(time::Duration::MAX)
+    }
+}

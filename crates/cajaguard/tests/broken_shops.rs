@@ -1,0 +1,231 @@
+//! Broken shops (SPEC §4.4-4.5, §4.13, §11.7): every way the scripted shop misbehaves fails closed
+//! with the reason the SPEC gives, nothing unchecked reaches the payment call, and the proxy keeps
+//! serving the next call.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+const CHECKOUT: &str = "gid://test/Checkout/1";
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+fn fast_world(script: Value) -> World {
+    let options = Options {
+        timeout_seconds: 1,
+        ..Options::default()
+    };
+    World::with_options_and_test_shop(options, script)
+}
+
+fn spend(world: &World) -> (i64, i64) {
+    let store = cajaguard::store::Store::open(&world.home).unwrap();
+    let usd = store
+        .window_spend(DAY, time::OffsetDateTime::now_utc())
+        .unwrap()
+        .get("USD")
+        .copied()
+        .unwrap_or_default();
+    (usd.settled, usd.in_flight)
+}
+
+fn completes_sent(world: &World) -> usize {
+    world
+        .test_shop_lines()
+        .iter()
+        .filter(|l| l.contains("\"tools/call\"") && l.contains("\"complete_checkout\""))
+        .count()
+}
+
+/// The proxy still answers: a read-only call of its own and a listing of the shop's tools.
+fn still_serving(mcp: &mut Mcp) {
+    let status = mcp.call("cajaguard_status", json!({}));
+    assert_eq!(status["isError"], false, "{status}");
+    assert!(
+        mcp.request("tools/list", json!({}))["result"]["tools"].is_array(),
+        "tools/list after a broken shop"
+    );
+}
+
+fn with_total(total: Value) -> Value {
+    let mut c = ready_checkout(CHECKOUT);
+    c["totals"] =
+        json!([{ "type": "subtotal", "amount": 2400 }, { "type": "total", "amount": total }]);
+    c
+}
+
+#[test]
+fn a_shop_that_misreports_the_checkout_is_refused_before_payment() {
+    let mut two_totals = ready_checkout(CHECKOUT);
+    two_totals["totals"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({ "type": "total", "amount": 1 }));
+    let mut no_urls = ready_checkout(CHECKOUT);
+    no_urls.as_object_mut().unwrap().remove("links");
+    no_urls.as_object_mut().unwrap().remove("continue_url");
+    let mut float_price = ready_checkout(CHECKOUT);
+    float_price["line_items"][0]["item"]["price"] = json!(12.0);
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "float total",
+            json!({"checkout": with_total(json!(24.0))}),
+            "amount_not_minor_units",
+        ),
+        (
+            "major units",
+            json!({"checkout": with_total(json!(23.99))}),
+            "amount_not_minor_units",
+        ),
+        (
+            "float price",
+            json!({"checkout": float_price}),
+            "amount_not_minor_units",
+        ),
+        (
+            "string total",
+            json!({"checkout": with_total(json!("2400"))}),
+            "amount_not_minor_units",
+        ),
+        (
+            "two totals",
+            json!({"checkout": two_totals}),
+            "amount_not_minor_units",
+        ),
+        (
+            "negative total",
+            json!({"checkout": with_total(json!(-2400))}),
+            "amount_not_minor_units",
+        ),
+        (
+            "no URLs",
+            json!({"checkout": no_urls}),
+            "merchant_not_allowed",
+        ),
+        ("hang", json!({"hang": true}), "checkout_unreadable"),
+        ("crash mid-call", json!({"exit": 9}), "checkout_unreadable"),
+        (
+            "10 MB answer",
+            json!({"huge": 10 * 1024 * 1024}),
+            "checkout_unreadable",
+        ),
+        (
+            "invalid JSON line",
+            json!({"raw": "{\"jsonrpc\":\"2.0\",\"id\":"}),
+            "checkout_unreadable",
+        ),
+        (
+            "text that is not JSON",
+            json!({"result": {"content": [{"type": "text", "text": "{not json"}]}}),
+            "checkout_unreadable",
+        ),
+        (
+            "JSON-RPC error",
+            json!({"error": {"code": -32603, "message": "db down"}}),
+            "checkout_unreadable",
+        ),
+        (
+            "another checkout",
+            json!({"checkout": ready_checkout("gid://test/Checkout/2")}),
+            "checkout_unreadable",
+        ),
+    ];
+    let world = fast_world(json!({}));
+    for (name, action, reason) in cases {
+        world.set_test_shop_script(&json!({ "on": { "get_checkout": [action] } }));
+        let mut mcp = world.proxy();
+        let answer = mcp.pay(CHECKOUT);
+        assert_eq!(answer["isError"], true, "{name}: {answer}");
+        assert_eq!(
+            verdict(&answer),
+            ("denied".into(), reason.into(), None),
+            "{name}: {answer}"
+        );
+        assert_eq!(
+            completes_sent(&world),
+            0,
+            "{name}: the payment must not be forwarded"
+        );
+        still_serving(&mut mcp);
+        assert_eq!(spend(&world), (0, 0), "{name}");
+    }
+}
+
+/// The payment call itself misbehaves: what the shop charged counts (the higher of quote and
+/// charge, with the mismatch in the audit log), and no answer keeps the spend reserved.
+#[test]
+fn what_the_shop_answers_to_the_payment_settles_it_fail_closed() {
+    let completed = |total: Value| {
+        let mut c = with_total(total);
+        c["status"] = json!("completed");
+        json!({ "checkout": c })
+    };
+    // (name, complete action, expected (settled, in flight))
+    let cases: Vec<(&str, Value, (i64, i64))> = vec![
+        ("as quoted", completed(json!(2400)), (2400, 0)),
+        (
+            "charged more than quoted",
+            completed(json!(2600)),
+            (2600, 0),
+        ),
+        (
+            "charged less than quoted",
+            completed(json!(2000)),
+            (2400, 0),
+        ),
+        (
+            "float total on completion",
+            completed(json!(26.0)),
+            (2400, 0),
+        ),
+        (
+            "declined",
+            json!({"error": {"code": -32000, "message": "card declined"}}),
+            (0, 0),
+        ),
+        ("crash mid-call", json!({"exit": 9}), (0, 2400)),
+        ("10 MB answer", json!({"huge": 10 * 1024 * 1024}), (0, 2400)),
+        (
+            "invalid JSON line",
+            json!({"raw": "{\"jsonrpc\":"}),
+            (0, 2400),
+        ),
+        ("hang", json!({"hang": true}), (0, 2400)),
+    ];
+    for (name, action, expected) in cases {
+        let world = fast_world(json!({ "on": {
+            "get_checkout": [{"checkout": ready_checkout(CHECKOUT)}],
+            "complete_checkout": [action],
+        }}));
+        let mut mcp = world.proxy();
+        // The whole response: a shop's JSON-RPC error (the decline) is passed back as one.
+        let answer = mcp.request(
+            "tools/call",
+            json!({"name": "complete_checkout", "arguments": Mcp::complete_arguments(CHECKOUT, &uuid())}),
+        );
+        assert_eq!(completes_sent(&world), 1, "{name}");
+        assert_eq!(spend(&world), expected, "{name}: {answer}");
+        still_serving(&mut mcp);
+        if name == "charged more than quoted" {
+            let conn = rusqlite::Connection::open(world.home.join("cajaguard.db")).unwrap();
+            let note: String = conn
+                .query_row(
+                    "SELECT note FROM audit WHERE verdict = 'settled' AND reason = 'completed'",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert!(note.contains("2600") && note.contains("2400"), "{note}");
+        }
+        if expected.1 > 0 {
+            assert!(
+                answer.to_string().contains("outcome is unknown"),
+                "{name}: {answer}"
+            );
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! The agent's side of the relay on arbitrary bytes: line framing (bounded), the JSON-RPC envelope,
+//! the duplicate-key check the gated call relies on, and the raw object edit that adds
+//! `_meta.cajaguard`. No panic; an edited object stays valid JSON with every other member intact;
+//! the duplicate-key check agrees with serde_json about what is JSON.
+#![no_main]
+
+// The relay's modules are compiled in directly rather than through the `cajaguard` crate: they
+// need only serde, and the crate would bring SQLite and the CLI into every fuzz build.
+#[allow(dead_code)]
+#[path = "../../crates/cajaguard/src/proxy/jsonrpc.rs"]
+mod jsonrpc;
+#[allow(dead_code)]
+#[path = "../../crates/cajaguard/src/proxy/rawjson.rs"]
+mod rawjson;
+
+use libfuzzer_sys::fuzz_target;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+fuzz_target!(|data: &[u8]| {
+    let mut reader = std::io::BufReader::with_capacity(7, data);
+    loop {
+        match jsonrpc::read_line(&mut reader, 4096) {
+            Ok(jsonrpc::Line::Message(line)) => {
+                assert!(line.len() <= 4096, "a line over the limit got through");
+                check(&line);
+            }
+            Ok(jsonrpc::Line::TooLong) => {}
+            Ok(jsonrpc::Line::Eof) | Err(_) => break,
+        }
+    }
+    if let Ok(text) = std::str::from_utf8(data) {
+        check(text);
+    }
+});
+
+fn check(text: &str) {
+    let parsed = serde_json::from_str::<Value>(text);
+    let duplicate = rawjson::find_duplicate_key(text);
+    // Both go through serde_json's parser with the same depth limit, so what the gate reads as
+    // JSON without duplicates is JSON, and JSON is never an error for the check. (After a duplicate
+    // is found the rest is skipped without a depth limit, so that direction alone may differ.)
+    assert!(!(parsed.is_ok() && duplicate.is_err()), "JSON refused by the duplicate check: {text:?}");
+    assert!(
+        !(matches!(duplicate, Ok(None)) && parsed.is_err()),
+        "not JSON, yet passed the duplicate check: {text:?}"
+    );
+
+    if let Ok(envelope) = jsonrpc::Envelope::parse(text)
+        && let Some(params) = envelope.params
+    {
+        let _ = rawjson::find_duplicate_key(params.get());
+    }
+
+    if let (Ok(Value::Object(before)), Ok(None)) = (&parsed, &duplicate)
+        && let Some(mut object) = rawjson::RawObject::parse(text)
+        && let Ok(marker) = RawValue::from_string("{\"verdict\":\"allow\"}".to_owned())
+    {
+        object.set("_meta_cajaguard_fuzz", marker);
+        let edited: Value = serde_json::from_str(&object.to_json()).expect("edited object is JSON");
+        let Value::Object(after) = edited else {
+            panic!("edited object is not an object")
+        };
+        for (key, value) in before {
+            if key != "_meta_cajaguard_fuzz" {
+                assert_eq!(after.get(key), Some(value), "member {key:?} changed");
+            }
+        }
+    }
+}
