@@ -14,7 +14,9 @@
 //! `{"error": {...}}` (a JSON-RPC error object), `{"hang": true}`, `{"exit": N}`,
 //! `{"raw": "..."}` (a line sent as is, with the request's id nowhere), `{"huge": BYTES}` (a result
 //! with a text part of that size), and any of them may carry `"progress": N` to send N progress
-//! notifications first (for the request's `_meta.progressToken`).
+//! notifications first (for the request's `_meta.progressToken`). A `checkout` action with
+//! `"echo_id": true` answers with the call's `arguments.id` as the checkout's `id` (one script then
+//! serves any number of checkouts, as the report's throughput run needs).
 //! Every line received is appended to the record file before it is handled.
 
 use std::collections::HashMap;
@@ -127,7 +129,15 @@ impl Shop {
             "tools/call" => {
                 let tool = message["params"]["name"].as_str().unwrap_or("").to_owned();
                 let token = message["params"]["_meta"]["progressToken"].clone();
-                let action = self.next_action(&tool);
+                let mut action = self.next_action(&tool);
+                if action["echo_id"] == json!(true) {
+                    if let (Some(checkout), Some(asked)) = (
+                        action.get_mut("checkout").and_then(Value::as_object_mut),
+                        message["params"]["arguments"].get("id"),
+                    ) {
+                        checkout.insert("id".to_owned(), asked.clone());
+                    }
+                }
                 return self.act(&id, &tool, &token, &action);
             }
             "ping" => self.send(&json!({"jsonrpc": "2.0", "id": id, "result": {}})),
