@@ -250,6 +250,11 @@ fn misses(out: &mut String, run: &Run) {
         .iter()
         .find(|f| f.key == "fsync")
         .map_or(0.0, |f| f.summary.p50_ns);
+    let pipe = timing
+        .floors
+        .iter()
+        .find(|f| f.key == "pipe")
+        .map_or(0.0, |f| f.summary.p50_ns);
     let mut lines = Vec::new();
     for row in &timing.rows {
         let Some(target) = &row.target else { continue };
@@ -263,20 +268,24 @@ fn misses(out: &mut String, run: &Run) {
                 row.ratio_to_floor.unwrap_or(0.0)
             ),
             "cold_start" => "cold start includes starting the fixture shop, which appends and fsyncs `sessions.jsonl` under its lock on every initialize, and opening the store; on this disk each fsync is ".to_owned() + &human(fsync) + ".",
-            "proxy_added" => "the proxy adds one more pipe hop in each direction, a thread hand-off per call and the tripwire scan of the arguments.".to_owned(),
+            "proxy_added" => format!(
+                "each tools/call runs on a thread the relay spawns for it, and the shop's answer comes back through the downstream reader thread and a channel: a thread spawn and two cross-thread wake-ups per call, on top of one more pipe hop each way (the pipe floor is {}) on a shared 2-core machine. Forwarding ungated calls from the reader thread (id mapping only) and writing the shop's answer to the agent from the downstream reader would remove the spawn and the hand-offs.",
+                human(pipe)
+            ),
             _ => format!("measured {} p50 against {}.", human(row.summary.p50_ns), target.goal),
         };
         lines.push(format!("- **{}**: {why}", row.name));
     }
-    if let Ok(t) = &run.throughput {
-        if !t.met {
-            lines.push(format!(
-                "- **throughput**: {:.0} decisions/s. Every decision commits at least one SQLite transaction with synchronous=FULL under the home's single write lock, and an allowed payment commits three (the gate, the settlement, its audit row); at {} per fsync, 8 processes sharing one home serialize on those syncs. Overspend stayed at {}.",
-                t.decisions_per_second,
-                human(fsync),
-                t.overspend
-            ));
-        }
+    if let Ok(t) = &run.throughput
+        && !t.met
+    {
+        lines.push(format!(
+            "- **throughput**: {:.0} decisions/s with {} overspend. Every decision commits a SQLite transaction with synchronous=FULL under the home's single write lock, and an allowed payment commits three (the gate, the settlement, the settlement's audit row); at {} per fsync the 8 processes serialize on those syncs, and the p95 latency ({}) shows SQLite's busy handler sleeping while another process holds the lock. To reach it: write the settlement's audit row in the settlement's transaction (3 syncs to 2), wait on a blocking file lock rather than the sleeping busy handler, and group-commit decisions across processes (one writer per home); or a disk whose fsync is ~0.1 ms.",
+            t.decisions_per_second,
+            t.overspend,
+            human(fsync),
+            human(t.latency.p95_ns),
+        ));
     }
     if lines.is_empty() {
         return;

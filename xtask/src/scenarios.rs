@@ -290,6 +290,8 @@ fn attempt(
 }
 
 type Flow = fn(&Ctx, &mut Recorder) -> Result<()>;
+/// A project scenario: its observation in words, and whether it was as expected.
+type ProjectFlow = fn(&Ctx) -> Result<(String, bool)>;
 
 pub fn run(bins: &Bins, scratch: &Path, progress: &dyn Fn(&str)) -> Scenarios {
     let ctx = Ctx { bins, scratch };
@@ -350,7 +352,7 @@ pub fn run(bins: &Bins, scratch: &Path, progress: &dyn Fn(&str)) -> Scenarios {
         })
         .collect();
 
-    let project_flows: [(&str, &str, fn(&Ctx) -> Result<(String, bool)>); 4] = [
+    let project_flows: [(&str, &str, ProjectFlow); 4] = [
         (
             "8 processes race split purchases (USD 45.00 each) on one home",
             "3 allow / 5 over_window_cap, 3 reached shop, USD 135.00 counted",

@@ -130,13 +130,13 @@ impl Shop {
                 let tool = message["params"]["name"].as_str().unwrap_or("").to_owned();
                 let token = message["params"]["_meta"]["progressToken"].clone();
                 let mut action = self.next_action(&tool);
-                if action["echo_id"] == json!(true) {
-                    if let (Some(checkout), Some(asked)) = (
+                if action["echo_id"] == json!(true)
+                    && let (Some(checkout), Some(asked)) = (
                         action.get_mut("checkout").and_then(Value::as_object_mut),
                         message["params"]["arguments"].get("id"),
-                    ) {
-                        checkout.insert("id".to_owned(), asked.clone());
-                    }
+                    )
+                {
+                    checkout.insert("id".to_owned(), asked.clone());
                 }
                 return self.act(&id, &tool, &token, &action);
             }
