@@ -80,7 +80,13 @@ fn machine() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| format!("Linux {}", s.trim()))
         .unwrap_or_else(|_| std::env::consts::OS.to_owned());
-    format!("{cpu}, {cores} cores, {kernel}")
+    // Other work on the machine shows in every number: say how busy it was.
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .map(|l| format!(", load average {l} at the end of the run"))
+        .unwrap_or_default();
+    format!("{cpu}, {cores} cores, {kernel}{load}")
 }
 
 fn spec_table(out: &mut String, scenarios: &Scenarios) {

@@ -58,7 +58,7 @@ impl Sizes {
         Sizes {
             cpu: 2_000,
             crypto: 500,
-            disk: 60,
+            disk: 100,
             round_trip: 500,
             fixture_round_trip: 30,
             process: 10,
@@ -143,14 +143,10 @@ pub fn run(bins: &Bins, scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -
         .prefix("timing-")
         .tempdir_in(scratch)?;
 
-    progress("floors: fsync, Ed25519 verify, pipe round trip, process spawn");
-    let fresh_home = homes.path().join("fresh-home");
-    let fresh = Store::open(&fresh_home)?;
-    t.floors.push(floor_row(
-        "fsync",
-        "fsync: write 1 byte + fsync, a file in the home's directory",
-        Summary::of(&fsync_floor(&fresh_home, sizes.disk)?),
-    ));
+    progress("seeding the ledgers; fsync floor and Store::gate, interleaved");
+    store_rows(&mut t, homes.path(), sizes, progress)?;
+
+    progress("floors: Ed25519 verify, pipe round trip, process spawn");
     t.floors.push(floor_row(
         "ed25519",
         "Ed25519 verify (one signature, ~300 B message)",
@@ -169,10 +165,6 @@ pub fn run(bins: &Bins, scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -
 
     progress("decide(), tripwire, approval verify (in process)");
     core_rows(&mut t, sizes)?;
-
-    progress("Store::gate allow with durable reservation");
-    store_rows(&mut t, &fresh, homes.path(), sizes, progress)?;
-    drop(fresh);
 
     progress("MCP round trips: straight to the shop and through cajaguard mcp");
     round_trip_rows(&mut t, bins, scratch, sizes)?;
@@ -542,21 +534,45 @@ fn core_rows(t: &mut Timing, sizes: Sizes) -> Result<()> {
 
 // ---- the durable gate ----
 
-fn store_rows(
-    t: &mut Timing,
-    fresh: &Store,
-    homes: &Path,
-    sizes: Sizes,
-    progress: &dyn Fn(&str),
-) -> Result<()> {
+fn store_rows(t: &mut Timing, homes: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> Result<()> {
     let c = core_inputs()?;
     let policy = policy("1000000000.00")?;
-    let samples = gate_allow_samples(fresh, &policy, &c, sizes.disk)?;
+    let fresh_home = homes.join("fresh-home");
+    let fresh = Store::open(&fresh_home)?;
+    let mut seeded = Vec::new();
+    for rows in [1_000_u64, sizes.big_ledger_rows] {
+        progress(&format!("seeding {rows} ledger rows"));
+        let store = Store::open(&homes.join(format!("home-{rows}")))?;
+        let started = Instant::now();
+        seed_ledger(&store.database_path(), rows, c.now)?;
+        seeded.push((rows, store, started.elapsed(), Vec::new()));
+    }
+
+    // Interleaved in blocks, so that drift on a shared machine and disk hits every row alike.
+    let blocks = 10;
+    let per_block = (sizes.disk / blocks).max(1);
+    let mut floor = Vec::new();
+    let mut fresh_samples = Vec::new();
+    for _ in 0..blocks {
+        floor.extend(fsync_floor(&fresh_home, per_block)?);
+        fresh_samples.extend(gate_allow_samples(&fresh, &policy, &c, per_block)?);
+        for (_, store, _, samples) in &mut seeded {
+            samples.extend(gate_allow_samples(store, &policy, &c, per_block)?);
+        }
+    }
+    t.floors.insert(
+        0,
+        floor_row(
+            "fsync",
+            "fsync: write 1 byte + fsync, a file in the home's directory",
+            Summary::of(&floor),
+        ),
+    );
     let fsync_p50 = t.floor("fsync").map_or(0.0, |f| f.summary.p50_ns);
     let row = t.push(
         "gate_allow_durable",
         "Store::gate: decide + allow + durable reservation (fresh home)",
-        Summary::of(&samples),
+        Summary::of(&fresh_samples),
         "fsync",
     );
     let p50 = row.summary.p50_ns;
@@ -566,32 +582,21 @@ fn store_rows(
     });
 
     let mut small_p50 = 0.0;
-    for rows in [1_000_u64, sizes.big_ledger_rows] {
-        progress(&format!("seeding {rows} ledger rows"));
-        let home = homes.join(format!("home-{rows}"));
-        let store = Store::open(&home)?;
-        let seeded = Instant::now();
-        seed_ledger(&store.database_path(), rows, c.now)?;
-        let seed_time = seeded.elapsed();
-        progress(&format!(
-            "seeded {rows} rows in {:.1} s; timing the gate",
-            seed_time.as_secs_f64()
-        ));
-        let samples = gate_allow_samples(&store, &policy, &c, sizes.disk)?;
-        let exponent = (rows as f64).log10().round();
+    for (rows, _, seed_time, samples) in &seeded {
+        let exponent = (*rows as f64).log10().round();
         let row = t.push(
             &format!("window_{rows}"),
             &format!(
                 "Store::gate window decision at 10^{exponent} ledger rows (allow + reservation)"
             ),
-            Summary::of(&samples),
+            Summary::of(samples),
             "fsync",
         );
         row.note = Some(format!(
             "seeded in {:.1} s; the window sum reads hourly buckets, not the ledger",
             seed_time.as_secs_f64()
         ));
-        if rows == 1_000 {
+        if *rows == 1_000 {
             small_p50 = row.summary.p50_ns;
         } else {
             let p50 = row.summary.p50_ns;
