@@ -143,9 +143,6 @@ pub fn run(bins: &Bins, scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -
         .prefix("timing-")
         .tempdir_in(scratch)?;
 
-    progress("seeding the ledgers; fsync floor and Store::gate, interleaved");
-    store_rows(&mut t, homes.path(), sizes, progress)?;
-
     progress("floors: Ed25519 verify, pipe round trip, process spawn");
     t.floors.push(floor_row(
         "ed25519",
@@ -165,6 +162,9 @@ pub fn run(bins: &Bins, scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -
 
     progress("decide(), tripwire, approval verify (in process)");
     core_rows(&mut t, sizes)?;
+
+    progress("seeding the ledgers; fsync floor and Store::gate, interleaved");
+    store_rows(&mut t, homes.path(), sizes, progress)?;
 
     progress("MCP round trips: straight to the shop and through cajaguard mcp");
     round_trip_rows(&mut t, bins, scratch, sizes)?;
