@@ -421,7 +421,7 @@ pub fn readme_block(readme: &str, run: &Run) -> Result<String> {
     block.push('\n');
     project_table(&mut block, &run.scenarios);
     if let Ok(timing) = &run.timing {
-        block.push_str("\n| Cost (p50) | | x floor | Target |\n| --- | --- | --- | --- |\n");
+        block.push_str("\n| Cost | p50 | x floor | Target |\n| --- | --- | --- | --- |\n");
         for key in [
             "decide_allow",
             "decide_approval_rejected",
