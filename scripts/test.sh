@@ -7,10 +7,12 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 echo "== cargo test (workspace)"
+# The proxy's end-to-end tests run the test shop's binary, which `cargo test` alone does not build
+# (its package has no integration tests): build every binary first.
+cargo build --workspace --bins --locked --quiet
 cargo test --workspace --locked
 
 echo "== real MCP clients through cajaguard mcp"
-cargo build --workspace --bins --locked --quiet
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/cajaguard-clients.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$scratch/examples"
