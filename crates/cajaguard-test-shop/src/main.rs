@@ -15,6 +15,9 @@
 //! `{"raw": "..."}` (a line sent as is, with the request's id nowhere), `{"huge": BYTES}` (a result
 //! with a text part of that size), and any of them may carry `"progress": N` to send N progress
 //! notifications first (for the request's `_meta.progressToken`) and `"delay_ms": N` to wait first.
+//! A `checkout` action with `"echo_id": true` answers with the call's `arguments.id` as the
+//! checkout's `id` (one script then serves any number of checkouts, as the report's throughput run
+//! needs).
 //!
 //! A stateful shop, for crash tests, keeps which checkouts it completed in the directory
 //! `"state"` names (one file per checkout, so several shop processes may share it):
@@ -134,7 +137,15 @@ impl Shop {
             "tools/call" => {
                 let tool = message["params"]["name"].as_str().unwrap_or("").to_owned();
                 let token = message["params"]["_meta"]["progressToken"].clone();
-                let action = self.next_action(&tool);
+                let mut action = self.next_action(&tool);
+                if action["echo_id"] == json!(true)
+                    && let (Some(checkout), Some(asked)) = (
+                        action.get_mut("checkout").and_then(Value::as_object_mut),
+                        message["params"]["arguments"].get("id"),
+                    )
+                {
+                    checkout.insert("id".to_owned(), asked.clone());
+                }
                 let arguments = message["params"]["arguments"].clone();
                 return self.act(&id, &tool, &token, &action, &arguments);
             }

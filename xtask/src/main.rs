@@ -1,0 +1,209 @@
+//! `cargo xtask report [--quick] [--out DIR]`: builds the binaries (same profile as this xtask:
+//! release through the `cargo xtask` alias), runs every scenario of SPEC §10 and the project's own
+//! end to end, measures every cost beside its physical floor and a bounded 8-process throughput
+//! run, then writes `cajaguard.md` and `cajaguard.json` and prints the markdown. The last line is
+//! `Scenarios as expected: N/N`; the exit code is 1 if any scenario is off (or a measurement failed).
+//!
+//! Full mode writes `reports/` and refreshes the block between `<!-- report:start -->` and
+//! `<!-- report:end -->` in README.md. `--quick` (small n, 10^5 instead of 10^6 ledger rows) writes
+//! `target/report/` unless `--out` says otherwise, so it never overwrites the committed report.
+
+mod render;
+mod scenarios;
+mod stats;
+mod throughput;
+mod timing;
+mod world;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+const USAGE: &str = "usage: cargo xtask report [--quick] [--out DIR]
+
+  report        run every scenario and timing; write cajaguard.md and cajaguard.json
+  --quick       small n and 10^5 (not 10^6) ledger rows; writes target/report/ by default
+  --out DIR     where to write the report (full mode default: reports/, which also refreshes README.md)";
+
+struct Args {
+    quick: bool,
+    out: Option<PathBuf>,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut args = std::env::args().skip(1);
+    match args.next().as_deref() {
+        Some("report") => {}
+        Some("-h" | "--help") | None => bail!("{USAGE}"),
+        Some(other) => bail!("unknown task {other:?}\n{USAGE}"),
+    }
+    let mut parsed = Args {
+        quick: false,
+        out: None,
+    };
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => parsed.quick = true,
+            "--out" => match args.next() {
+                Some(dir) => parsed.out = Some(PathBuf::from(dir)),
+                None => bail!("--out needs a directory\n{USAGE}"),
+            },
+            "-h" | "--help" => bail!("{USAGE}"),
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    Ok(parsed)
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    match report(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("xtask report: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+/// Builds the binaries the report drives, with this xtask's own profile, and finds them beside it.
+fn build_binaries(root: &Path) -> Result<world::Bins> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command.current_dir(root).args([
+        "build",
+        "--locked",
+        "--bins",
+        "-p",
+        "cajaguard",
+        "-p",
+        "cajaguard-fixture-shop",
+        "-p",
+        "cajaguard-test-shop",
+    ]);
+    if !cfg!(debug_assertions) {
+        command.arg("--release");
+    }
+    let status = command.status().context("cannot run cargo build")?;
+    if !status.success() {
+        bail!("cargo build of the binaries failed");
+    }
+    let exe = std::env::current_exe().context("cannot find the xtask executable")?;
+    let bins = world::Bins {
+        cajaguard: exe.with_file_name("cajaguard"),
+        fixture: exe.with_file_name("cajaguard-fixture-shop"),
+        test_shop: exe.with_file_name("cajaguard-test-shop"),
+    };
+    for bin in [&bins.cajaguard, &bins.fixture, &bins.test_shop] {
+        if !bin.is_file() {
+            bail!("{} is missing after the build", bin.display());
+        }
+    }
+    Ok(bins)
+}
+
+fn report(args: &Args) -> Result<bool> {
+    let root = workspace_root();
+    let started = Instant::now();
+    let progress = |msg: &str| eprintln!("[{:>6.1} s] {msg}", started.elapsed().as_secs_f64());
+    let mode = if args.quick { "quick" } else { "full" };
+    // A stuck child must not hang CI forever.
+    let limit = Duration::from_secs(if args.quick { 10 * 60 } else { 40 * 60 });
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        eprintln!(
+            "xtask report: still running after {} s, giving up",
+            limit.as_secs()
+        );
+        std::process::exit(1);
+    });
+
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    progress(&format!("building the binaries ({profile})"));
+    let bins = build_binaries(&root)?;
+    let scratch_parent = root.join("target").join("report");
+    std::fs::create_dir_all(&scratch_parent)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("scratch-")
+        .tempdir_in(&scratch_parent)?;
+
+    let phase = Instant::now();
+    let scenarios = scenarios::run(&bins, scratch.path(), &progress);
+    let scenarios_seconds = phase.elapsed().as_secs_f64();
+    progress(&format!(
+        "scenarios: {}/{} as expected",
+        scenarios.passed(),
+        scenarios.total()
+    ));
+
+    let phase = Instant::now();
+    let sizes = if args.quick {
+        timing::Sizes::quick()
+    } else {
+        timing::Sizes::full()
+    };
+    let timing = timing::run(&bins, scratch.path(), sizes, &progress);
+    let timing_seconds = phase.elapsed().as_secs_f64();
+
+    let phase = Instant::now();
+    let per_process = if args.quick { 25 } else { 150 };
+    let throughput = throughput::run(&bins, scratch.path(), per_process, &progress);
+    let throughput_seconds = phase.elapsed().as_secs_f64();
+
+    let run = render::Run {
+        mode,
+        profile,
+        sizes,
+        scenarios,
+        timing,
+        throughput,
+        scratch_dir: scratch_parent.clone(),
+        seconds: render::Seconds {
+            scenarios: scenarios_seconds,
+            timing: timing_seconds,
+            throughput: throughput_seconds,
+            total: started.elapsed().as_secs_f64(),
+        },
+    };
+    let markdown = render::markdown(&run);
+    let json = render::json(&run)?;
+
+    let out = match &args.out {
+        Some(dir) => dir.clone(),
+        None if args.quick => root.join("target").join("report"),
+        None => root.join("reports"),
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    std::fs::write(out.join("cajaguard.md"), &markdown)?;
+    std::fs::write(out.join("cajaguard.json"), json)?;
+    progress(&format!("wrote {}", out.join("cajaguard.md").display()));
+    let reports = root.join("reports");
+    if std::fs::canonicalize(&out).ok() == std::fs::canonicalize(&reports).ok() {
+        let readme = root.join("README.md");
+        let text = std::fs::read_to_string(&readme)?;
+        let refreshed = render::readme_block(&text, &run)?;
+        std::fs::write(&readme, refreshed)?;
+        progress("refreshed the report block in README.md");
+    }
+    drop(scratch);
+    print!("{markdown}");
+    Ok(run.all_good())
+}
