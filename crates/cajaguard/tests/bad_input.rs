@@ -197,3 +197,23 @@ fn a_shop_that_hangs_on_complete_keeps_the_spend_reserved() {
         .unwrap();
     assert_eq!(spend["USD"].in_flight, 2400);
 }
+
+#[test]
+fn a_forwarded_call_to_a_hanging_shop_times_out_and_the_proxy_goes_on() {
+    let world = World::with_test_shop(json!({ "on": {
+        "search_catalog": [ {"hang": true}, {"result": {"content": [{"type": "text", "text": "second"}]}} ],
+    }}));
+    edit_config(&world, |c| c["downstream"]["timeout_seconds"] = json!(1));
+    let mut mcp = world.proxy();
+    let args = json!({"meta": {"ucp-agent": {"profile": AGENT}}, "catalog": {"query": "x"}});
+    let started = std::time::Instant::now();
+    let hung = mcp.call("search_catalog", args.clone());
+    assert_eq!(hung["isError"], true, "{hung}");
+    assert!(hung.to_string().contains("did not answer"), "{hung}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "bounded by the 1 s timeout"
+    );
+    let second = mcp.call("search_catalog", args);
+    assert_eq!(second["content"][0]["text"], "second", "{second}");
+}

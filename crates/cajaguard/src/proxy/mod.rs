@@ -27,6 +27,7 @@ use cajaguard_core::policy::Policy;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
+use downstream::Done;
 pub use downstream::{Handshake, Reply, Shop, ShopError};
 use era::{Era, ResultKind};
 use jsonrpc::{Envelope, Line, Sink};
@@ -299,25 +300,84 @@ impl Proxy {
             return;
         }
         lock(&self.calls).insert(jsonrpc::id_key(&id), CallState::default());
-        let proxy = self.clone();
         let params = envelope.params;
+        if let Some(raw) = params.as_deref()
+            && self.forward_inline(&id, raw, era)
+        {
+            return;
+        }
+        let proxy = self.clone();
         let spawned = std::thread::Builder::new()
             .name("tool-call".into())
             .spawn(move || {
                 let answer = proxy.call_tool(&id, params.as_deref());
-                let cancelled = lock(&proxy.calls)
-                    .remove(&jsonrpc::id_key(&id))
-                    .is_some_and(|c| c.cancelled);
-                // A cancelled request gets no answer (MCP: the receiver should not respond).
-                if !cancelled {
-                    proxy.respond(&id, answer, era, ResultKind::Other);
-                }
-                proxy.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
+                proxy.finish_call(&id, answer, era);
             });
         if spawned.is_err() {
             self.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
             tracing::error!("cannot start a thread for a tool call");
         }
+    }
+
+    /// The fast path for a plain forwarded call (not gated, not ours, tripwire clean, shop live over
+    /// stdio): written to the shop from this thread, answered to the agent from the shop's reader,
+    /// with no thread started and no hand-off in between. `false`: take the ordinary path.
+    fn forward_inline(self: &Arc<Proxy>, id: &RawValue, params: &RawValue, era: Era) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Call {
+            name: String,
+            #[serde(default)]
+            arguments: Option<serde_json::Value>,
+        }
+        let Ok(call) = serde_json::from_str::<Call>(params.get()) else {
+            return false;
+        };
+        if call.name == tools::GATED_TOOL || !tools::is_ucp_tool(&call.name) {
+            return false;
+        }
+        let arguments = call.arguments.unwrap_or(serde_json::Value::Null);
+        // A refusal is audited, which writes to the store: not on the agent's reader.
+        if gate::tripwire_ruling(&self.policy, &arguments).is_some() {
+            return false;
+        }
+        let key = jsonrpc::id_key(id);
+        let Ok(id) = RawValue::from_string(id.get().to_owned()) else {
+            return false;
+        };
+        let proxy = self.clone();
+        let done: Done = Box::new(move |reply| {
+            let answer = match reply {
+                Ok(Reply::Result(result)) => Answer::Result(result.get().to_owned()),
+                Ok(Reply::Error(error)) => Answer::ShopError(error),
+                Err(e) => shop_failure(&e),
+            };
+            proxy.finish_call(&id, answer, era);
+        });
+        if !self.shop.offers_live(&call.name) {
+            return false;
+        }
+        let sent = self.shop.request_detached(
+            "tools/call",
+            Some(params.get()),
+            &mut |shop_id| {
+                if let Some(call) = lock(&self.calls).get_mut(&key) {
+                    call.shop_id = Some(shop_id);
+                }
+            },
+            done,
+        );
+        sent.is_ok()
+    }
+
+    /// Answers a tool call unless the agent cancelled it (MCP: no answer to a cancelled request).
+    fn finish_call(&self, id: &RawValue, answer: Answer, era: Era) {
+        let cancelled = lock(&self.calls)
+            .remove(&jsonrpc::id_key(id))
+            .is_some_and(|c| c.cancelled);
+        if !cancelled {
+            self.respond(id, answer, era, ResultKind::Other);
+        }
+        self.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// One `tools/call`.
@@ -378,14 +438,7 @@ impl Proxy {
     }
 
     fn shop_offers(&self, name: &str) -> bool {
-        self.shop
-            .handshake()
-            .map(|h| {
-                h.tools
-                    .iter()
-                    .any(|tool| tools::tool_name(tool).as_deref() == Some(name))
-            })
-            .unwrap_or(false)
+        self.shop.offers(name).unwrap_or(false)
     }
 
     /// Forwards a call unchanged and passes the shop's answer back unchanged.

@@ -7,6 +7,7 @@
 mod http;
 mod stdio;
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -125,6 +126,9 @@ pub enum Reply {
 /// What the proxy does with messages the shop sends on its own (notifications such as progress).
 pub type NotificationSink = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// Called once with the answer to a detached request, on the link's reader thread.
+pub type Done = Box<dyn FnOnce(Result<Reply, ShopError>) + Send>;
+
 /// One live connection to the shop: a child process, or an HTTP endpoint with its MCP session.
 /// Requests carry ids the link assigns; `sent` is told the id once the request is on its way (for
 /// forwarding cancellations).
@@ -136,6 +140,18 @@ trait Link: Send + Sync {
         timeout: Duration,
         sent: &mut dyn FnMut(u64),
     ) -> Result<Reply, ShopError>;
+    /// Sends a request whose answer `done` receives on the link's own reader thread, when the
+    /// transport has one; gives `done` back when it cannot (the caller then waits on a thread).
+    fn request_detached(
+        self: Arc<Self>,
+        _method: &str,
+        _params: Option<&str>,
+        _timeout: Duration,
+        _sent: &mut dyn FnMut(u64),
+        done: Done,
+    ) -> Result<(), Done> {
+        Err(done)
+    }
     /// Sends a notification and returns once it is delivered (the handshake needs the order).
     fn notify(&self, line: &str) -> Result<(), ShopError>;
     /// Sends a notification without making the caller wait (cancellations from the agent's reader).
@@ -174,6 +190,8 @@ pub struct Shop {
 struct Connection {
     link: Arc<dyn Link>,
     handshake: Handshake,
+    /// The names in `handshake.tools`, asked on every forwarded call.
+    offered: HashSet<String>,
 }
 
 impl Shop {
@@ -209,6 +227,45 @@ impl Shop {
     /// The handshake of the connected shop, connecting if needed.
     pub fn handshake(&self) -> Result<Handshake, ShopError> {
         Ok(self.connection()?.handshake.clone())
+    }
+
+    /// Whether the shop lists a tool of this name, connecting if needed.
+    pub fn offers(&self, tool: &str) -> Result<bool, ShopError> {
+        Ok(self.connection()?.offered.contains(tool))
+    }
+
+    /// Whether the live connection (if any) lists this tool; never connects.
+    pub fn offers_live(&self, tool: &str) -> bool {
+        lock(&self.current)
+            .as_ref()
+            .is_some_and(|c| c.link.alive() && c.offered.contains(tool))
+    }
+
+    /// The forwarding fast path: sends the request on the live connection and returns at once;
+    /// `done` gets the answer (or the timeout) on the link's reader. `done` comes back when there is
+    /// no live connection or the transport has no reader of its own (HTTP): use [`Shop::request`].
+    pub fn request_detached(
+        &self,
+        method: &str,
+        params: Option<&str>,
+        sent: &mut dyn FnMut(u64),
+        done: Done,
+    ) -> Result<(), Done> {
+        let live = lock(&self.current)
+            .as_ref()
+            .filter(|c| c.link.alive())
+            .cloned();
+        let Some(connection) = live else {
+            return Err(done);
+        };
+        let shop_params = era::params_for_shop(connection.handshake.era, params);
+        connection.link.clone().request_detached(
+            method,
+            shop_params.as_deref(),
+            self.timeout,
+            sent,
+            done,
+        )
     }
 
     /// Sends one request and waits for its answer, at most the configured timeout. `sent` is told
@@ -291,7 +348,18 @@ impl Shop {
             )),
         };
         match self.initialize(link.as_ref()) {
-            Ok(handshake) => Ok(Connection { link, handshake }),
+            Ok(handshake) => {
+                let offered = handshake
+                    .tools
+                    .iter()
+                    .filter_map(|tool| super::tools::tool_name(tool))
+                    .collect();
+                Ok(Connection {
+                    link,
+                    handshake,
+                    offered,
+                })
+            }
             Err(e) => {
                 link.close();
                 Err(e)

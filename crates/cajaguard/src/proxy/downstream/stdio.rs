@@ -9,13 +9,13 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cajaguard_core::policy::{self, StdioDownstream};
 use serde_json::value::RawValue;
 
 use super::super::jsonrpc::{self, Envelope, Line};
-use super::{Link, NotificationSink, Reply, ShopError, lock};
+use super::{Done, Link, NotificationSink, Reply, ShopError, lock};
 
 /// How to start the shop, resolved from the policy.
 #[derive(Debug, Clone)]
@@ -68,10 +68,38 @@ fn find_bare(name: &str, current_exe: Option<&Path>, path: Option<OsString>) -> 
 pub struct StdioLink {
     stdin: Mutex<ChildStdin>,
     child: Mutex<Child>,
-    pending: Mutex<HashMap<u64, mpsc::Sender<Result<Reply, ShopError>>>>,
+    pending: Mutex<HashMap<u64, Waiter>>,
     next_id: AtomicU64,
     alive: AtomicBool,
+    /// Whether the thread that times out detached requests is running.
+    sweeping: AtomicBool,
 }
+
+/// Who waits for an answer: a thread blocked on a channel, or a callback the reader thread runs
+/// itself (the forwarding fast path: no thread hand-off between the shop's answer and the agent).
+enum Waiter {
+    Blocked(mpsc::Sender<Result<Reply, ShopError>>),
+    Detached {
+        done: Done,
+        deadline: Instant,
+        timeout: Duration,
+    },
+}
+
+impl Waiter {
+    fn finish(self, reply: Result<Reply, ShopError>) {
+        match self {
+            Waiter::Blocked(tx) => {
+                let _ = tx.send(reply);
+            }
+            Waiter::Detached { done, .. } => done(reply),
+        }
+    }
+}
+
+/// How often detached requests are checked against their deadline. Shop timeouts are whole
+/// seconds, so a tenth of a second late is not worth a timer per request.
+const SWEEP_EVERY: Duration = Duration::from_millis(100);
 
 /// Starts the child and its reader thread. The handshake is the caller's (`Shop`).
 pub fn start(
@@ -101,6 +129,7 @@ pub fn start(
         pending: Mutex::new(HashMap::new()),
         next_id: AtomicU64::new(1),
         alive: AtomicBool::new(true),
+        sweeping: AtomicBool::new(false),
     });
     let reader = link.clone();
     let spawned = std::thread::Builder::new()
@@ -132,7 +161,7 @@ impl Link for StdioLink {
     ) -> Result<Reply, ShopError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel();
-        lock(&self.pending).insert(id, tx);
+        lock(&self.pending).insert(id, Waiter::Blocked(tx));
         // Checked after registering, so that a reader that just died has either drained us or is seen dead.
         if !self.alive.load(Ordering::Acquire) {
             lock(&self.pending).remove(&id);
@@ -152,6 +181,40 @@ impl Link for StdioLink {
             }
             Err(RecvTimeoutError::Disconnected) => Err(ShopError::Died("connection closed".into())),
         }
+    }
+
+    fn request_detached(
+        self: Arc<Self>,
+        method: &str,
+        params: Option<&str>,
+        timeout: Duration,
+        sent: &mut dyn FnMut(u64),
+        done: Done,
+    ) -> Result<(), Done> {
+        if !self.alive() {
+            return Err(done);
+        }
+        self.start_sweeper();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let deadline = Instant::now() + timeout;
+        lock(&self.pending).insert(
+            id,
+            Waiter::Detached {
+                done,
+                deadline,
+                timeout,
+            },
+        );
+        let written = self.write(&jsonrpc::request(id, method, params));
+        if let Err(e) = written {
+            self.alive.store(false, Ordering::Release);
+            if let Some(waiter) = lock(&self.pending).remove(&id) {
+                waiter.finish(Err(ShopError::Died(e.to_string())));
+            }
+            return Ok(());
+        }
+        sent(id);
+        Ok(())
     }
 
     fn notify(&self, line: &str) -> Result<(), ShopError> {
@@ -181,6 +244,45 @@ impl Link for StdioLink {
 }
 
 impl StdioLink {
+    /// Times out detached requests; ends with the link.
+    fn start_sweeper(self: &Arc<Self>) {
+        if self.sweeping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let link = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new().name("shop-timeouts".into()).spawn(move || {
+            loop {
+                std::thread::sleep(SWEEP_EVERY);
+                let Some(link) = link.upgrade() else { return };
+                if !link.alive() {
+                    return;
+                }
+                let now = Instant::now();
+                let expired: Vec<(u64, Waiter)> = {
+                    let mut pending = lock(&link.pending);
+                    let ids: Vec<u64> = pending
+                        .iter()
+                        .filter(|(_, w)| matches!(w, Waiter::Detached { deadline, .. } if *deadline <= now))
+                        .map(|(id, _)| *id)
+                        .collect();
+                    ids.into_iter().filter_map(|id| pending.remove(&id).map(|w| (id, w))).collect()
+                };
+                for (_, waiter) in expired {
+                    let timeout = match &waiter {
+                        Waiter::Detached { timeout, .. } => *timeout,
+                        Waiter::Blocked(_) => SWEEP_EVERY,
+                    };
+                    waiter.finish(Err(ShopError::Timeout(timeout)));
+                }
+            }
+        });
+        if spawned.is_err() {
+            // Without a sweeper detached requests could wait forever: stop offering them.
+            self.sweeping.store(false, Ordering::Release);
+            self.alive.store(false, Ordering::Release);
+        }
+    }
+
     fn write(&self, line: &str) -> std::io::Result<()> {
         let mut stdin = lock(&self.stdin);
         let mut buffer = Vec::with_capacity(line.len() + 1);
@@ -223,8 +325,8 @@ impl StdioLink {
         };
         self.alive.store(false, Ordering::Release);
         let waiting: Vec<_> = lock(&self.pending).drain().collect();
-        for (_, tx) in waiting {
-            let _ = tx.send(Err(clone_error(&failure)));
+        for (_, waiter) in waiting {
+            waiter.finish(Err(clone_error(&failure)));
         }
         if matches!(failure, ShopError::TooLarge(_)) {
             self.close();
@@ -236,10 +338,10 @@ impl StdioLink {
             tracing::warn!("the shop answered an id the proxy never sent; ignored");
             return;
         };
-        let Some(tx) = lock(&self.pending).remove(&id) else {
+        let Some(waiter) = lock(&self.pending).remove(&id) else {
             return;
         };
-        let _ = tx.send(super::reply_of(result, error));
+        waiter.finish(super::reply_of(result, error));
     }
 }
 
