@@ -375,7 +375,7 @@ fn forward_reserves_and_the_window_sees_it(kind: Kind) {
     };
     let store = &fx.store;
     let (view, approvals) = gate_with(
-        &store,
+        store,
         "c1",
         "k1",
         "USD",
@@ -393,7 +393,7 @@ fn forward_reserves_and_the_window_sees_it(kind: Kind) {
     );
     assert!(approvals.is_empty());
     assert_eq!(
-        spend(&store, NOW, "USD"),
+        spend(store, NOW, "USD"),
         WindowSpend {
             settled: 0,
             in_flight: 4500
@@ -401,9 +401,9 @@ fn forward_reserves_and_the_window_sees_it(kind: Kind) {
     );
 
     // Another checkout sees it; the same checkout sees itself in flight, not in the window.
-    let (other, _) = gate_with(&store, "c2", "k2", "USD", 100, NOW, refuse(None)).unwrap();
+    let (other, _) = gate_with(store, "c2", "k2", "USD", 100, NOW, refuse(None)).unwrap();
     assert_eq!(other.window_spent, 4500);
-    let (same, _) = gate_with(&store, "c1", "k1", "USD", 4500, NOW, refuse(None)).unwrap();
+    let (same, _) = gate_with(store, "c1", "k1", "USD", 4500, NOW, refuse(None)).unwrap();
     assert_eq!(
         same,
         LedgerView {
@@ -415,7 +415,7 @@ fn forward_reserves_and_the_window_sees_it(kind: Kind) {
         }
     );
     // Other currencies are apart.
-    let (jpy, _) = gate_with(&store, "c3", "k3", "JPY", 1800, NOW, refuse(None)).unwrap();
+    let (jpy, _) = gate_with(store, "c3", "k3", "JPY", 1800, NOW, refuse(None)).unwrap();
     assert_eq!(jpy.window_spent, 0);
 
     let in_flight = store.in_flight().unwrap();
@@ -433,7 +433,7 @@ fn settle_completed_counts_once_and_is_idempotent(kind: Kind) {
     };
     let store = &fx.store;
     gate_with(
-        &store,
+        store,
         "c1",
         "k1",
         "USD",
@@ -448,7 +448,7 @@ fn settle_completed_counts_once_and_is_idempotent(kind: Kind) {
     };
     store.settle("c1", "k1", &done, NOW).unwrap();
     assert_eq!(
-        spend(&store, NOW, "USD"),
+        spend(store, NOW, "USD"),
         WindowSpend {
             settled: 9900,
             in_flight: 0
@@ -467,7 +467,7 @@ fn settle_completed_counts_once_and_is_idempotent(kind: Kind) {
         )
         .unwrap();
     assert_eq!(
-        spend(&store, NOW, "USD"),
+        spend(store, NOW, "USD"),
         WindowSpend {
             settled: 9900,
             in_flight: 0
@@ -478,7 +478,7 @@ fn settle_completed_counts_once_and_is_idempotent(kind: Kind) {
         .settle("c1", "k1", &Settlement::Released, NOW)
         .unwrap();
     assert_eq!(
-        spend(&store, NOW, "USD"),
+        spend(store, NOW, "USD"),
         WindowSpend {
             settled: 9900,
             in_flight: 0
@@ -486,7 +486,7 @@ fn settle_completed_counts_once_and_is_idempotent(kind: Kind) {
     );
     assert!(store.in_flight().unwrap().is_empty());
 
-    let (view, _) = gate_with(&store, "c1", "k2", "USD", 8900, NOW, refuse(None)).unwrap();
+    let (view, _) = gate_with(store, "c1", "k2", "USD", 8900, NOW, refuse(None)).unwrap();
     assert_eq!(
         view,
         LedgerView {
@@ -496,7 +496,7 @@ fn settle_completed_counts_once_and_is_idempotent(kind: Kind) {
     );
     // A settled checkout is never reserved again (that would count its spend twice or lose it).
     let err = gate_with(
-        &store,
+        store,
         "c1",
         "k2",
         "USD",
@@ -508,7 +508,7 @@ fn settle_completed_counts_once_and_is_idempotent(kind: Kind) {
     .unwrap();
     assert!(matches!(err, StoreError::Inconsistent(_)), "{err}");
     assert_eq!(
-        spend(&store, NOW, "USD"),
+        spend(store, NOW, "USD"),
         WindowSpend {
             settled: 9900,
             in_flight: 0
@@ -522,7 +522,7 @@ fn settle_released_frees_the_reservation_and_unknown_keeps_it(kind: Kind) {
     };
     let store = &fx.store;
     gate_with(
-        &store,
+        store,
         "c1",
         "k1",
         "USD",
@@ -532,14 +532,14 @@ fn settle_released_frees_the_reservation_and_unknown_keeps_it(kind: Kind) {
     )
     .unwrap();
     store.settle("c1", "k1", &Settlement::Unknown, NOW).unwrap();
-    assert_eq!(spend(&store, NOW, "USD").in_flight, 8900);
+    assert_eq!(spend(store, NOW, "USD").in_flight, 8900);
     assert_eq!(store.in_flight().unwrap().len(), 1);
 
     // An outcome for another attempt's key does not touch this one.
     store
         .settle("c1", "other-key", &Settlement::Released, NOW)
         .unwrap();
-    assert_eq!(spend(&store, NOW, "USD").in_flight, 8900);
+    assert_eq!(spend(store, NOW, "USD").in_flight, 8900);
 
     store
         .settle("c1", "k1", &Settlement::Released, NOW)
@@ -547,9 +547,9 @@ fn settle_released_frees_the_reservation_and_unknown_keeps_it(kind: Kind) {
     store
         .settle("c1", "k1", &Settlement::Released, NOW)
         .unwrap();
-    assert_eq!(spend(&store, NOW, "USD"), WindowSpend::default());
+    assert_eq!(spend(store, NOW, "USD"), WindowSpend::default());
     let (view, _) = gate_with(
-        &store,
+        store,
         "c1",
         "k2",
         "USD",
@@ -559,7 +559,7 @@ fn settle_released_frees_the_reservation_and_unknown_keeps_it(kind: Kind) {
     )
     .unwrap();
     assert_eq!(view.checkout, CheckoutLedger::Fresh);
-    assert_eq!(spend(&store, NOW, "USD").in_flight, 8900);
+    assert_eq!(spend(store, NOW, "USD").in_flight, 8900);
 
     // Settling a checkout the ledger never saw changes nothing.
     store
@@ -574,7 +574,7 @@ fn settle_released_frees_the_reservation_and_unknown_keeps_it(kind: Kind) {
         )
         .unwrap();
     assert_eq!(
-        spend(&store, NOW, "USD"),
+        spend(store, NOW, "USD"),
         WindowSpend {
             settled: 0,
             in_flight: 8900
@@ -588,7 +588,7 @@ fn a_new_attempt_replaces_the_old_reservation(kind: Kind) {
     };
     let store = &fx.store;
     gate_with(
-        &store,
+        store,
         "c1",
         "k1",
         "USD",
@@ -598,7 +598,7 @@ fn a_new_attempt_replaces_the_old_reservation(kind: Kind) {
     )
     .unwrap();
     gate_with(
-        &store,
+        store,
         "c1",
         "k2",
         "USD",
@@ -607,7 +607,7 @@ fn a_new_attempt_replaces_the_old_reservation(kind: Kind) {
         forward("USD", 4600, None),
     )
     .unwrap();
-    assert_eq!(spend(&store, NOW, "USD").in_flight, 4600);
+    assert_eq!(spend(store, NOW, "USD").in_flight, 4600);
     let in_flight = store.in_flight().unwrap();
     assert_eq!(in_flight.len(), 1);
     assert_eq!(in_flight[0].idempotency_key, "k2");
@@ -622,12 +622,12 @@ fn a_retry_needs_its_reservation(kind: Kind) {
         ruling: ruling(Verdict::Allow, Reason::IdempotentRetry),
         effect: Effect::Retry,
     };
-    let err = gate_with(&store, "c1", "k1", "USD", 4500, NOW, retry())
+    let err = gate_with(store, "c1", "k1", "USD", 4500, NOW, retry())
         .err()
         .unwrap();
     assert!(matches!(err, StoreError::Inconsistent(_)), "{err}");
     gate_with(
-        &store,
+        store,
         "c1",
         "k1",
         "USD",
@@ -636,9 +636,9 @@ fn a_retry_needs_its_reservation(kind: Kind) {
         forward("USD", 4500, None),
     )
     .unwrap();
-    gate_with(&store, "c1", "k1", "USD", 4500, NOW, retry()).unwrap();
-    assert!(gate_with(&store, "c1", "k2", "USD", 4500, NOW, retry()).is_err());
-    assert_eq!(spend(&store, NOW, "USD").in_flight, 4500);
+    gate_with(store, "c1", "k1", "USD", 4500, NOW, retry()).unwrap();
+    assert!(gate_with(store, "c1", "k2", "USD", 4500, NOW, retry()).is_err());
+    assert_eq!(spend(store, NOW, "USD").in_flight, 4500);
 }
 
 fn the_window_ends_at_whole_hours_and_errs_high(kind: Kind) {
@@ -648,7 +648,7 @@ fn the_window_ends_at_whole_hours_and_errs_high(kind: Kind) {
     let store = &fx.store;
     // 30 h ago: outside a 24 h window.
     gate_with(
-        &store,
+        store,
         "old",
         "k",
         "USD",
@@ -659,7 +659,7 @@ fn the_window_ends_at_whole_hours_and_errs_high(kind: Kind) {
     .unwrap();
     // 24 h 20 min ago, in the hour bucket that the window's start falls into: counted (fail closed).
     gate_with(
-        &store,
+        store,
         "edge",
         "k",
         "USD",
@@ -670,7 +670,7 @@ fn the_window_ends_at_whole_hours_and_errs_high(kind: Kind) {
     .unwrap();
     // 25 h 10 min ago: the bucket before, not counted.
     gate_with(
-        &store,
+        store,
         "before",
         "k",
         "USD",
@@ -679,13 +679,13 @@ fn the_window_ends_at_whole_hours_and_errs_high(kind: Kind) {
         forward("USD", 30, None),
     )
     .unwrap();
-    gate_with(&store, "now", "k", "USD", 4, NOW, forward("USD", 4, None)).unwrap();
-    let (view, _) = gate_with(&store, "next", "k", "USD", 1, NOW, refuse(None)).unwrap();
+    gate_with(store, "now", "k", "USD", 4, NOW, forward("USD", 4, None)).unwrap();
+    let (view, _) = gate_with(store, "next", "k", "USD", 1, NOW, refuse(None)).unwrap();
     assert_eq!(view.window_spent, 204);
-    assert_eq!(spend(&store, NOW, "USD").in_flight, 204);
+    assert_eq!(spend(store, NOW, "USD").in_flight, 204);
     // An hour later the edge bucket has left too.
     assert_eq!(
-        spend(&store, datetime!(2026-03-02 11:30 UTC), "USD").in_flight,
+        spend(store, datetime!(2026-03-02 11:30 UTC), "USD").in_flight,
         4
     );
     // Settling an old reservation adjusts its own (old) bucket, not the current one.
@@ -701,14 +701,14 @@ fn the_window_ends_at_whole_hours_and_errs_high(kind: Kind) {
         )
         .unwrap();
     assert_eq!(
-        spend(&store, NOW, "USD"),
+        spend(store, NOW, "USD"),
         WindowSpend {
             settled: 250,
             in_flight: 4
         }
     );
     assert_eq!(
-        spend(&store, datetime!(2026-03-02 11:30 UTC), "USD"),
+        spend(store, datetime!(2026-03-02 11:30 UTC), "USD"),
         WindowSpend {
             settled: 0,
             in_flight: 4
@@ -722,7 +722,7 @@ fn a_failed_effect_applies_nothing(kind: Kind) {
     };
     let store = &fx.store;
     gate_with(
-        &store,
+        store,
         "c1",
         "k1",
         "USD",
@@ -735,7 +735,7 @@ fn a_failed_effect_applies_nothing(kind: Kind) {
     // Marking the same nonce used again fails: the reservation made before it in the same
     // transaction is rolled back and no audit row is written.
     let err = gate_with(
-        &store,
+        store,
         "c2",
         "k2",
         "USD",
@@ -749,7 +749,7 @@ fn a_failed_effect_applies_nothing(kind: Kind) {
         matches!(err, StoreError::Database(_) | StoreError::Postgres { .. }),
         "{err}"
     );
-    assert_eq!(spend(&store, NOW, "USD").in_flight, 100);
+    assert_eq!(spend(store, NOW, "USD").in_flight, 100);
     assert_eq!(store.in_flight().unwrap().len(), 1);
     let after = fx.raw().one("SELECT COUNT(*) FROM audit");
     assert_eq!(after, audits);
@@ -773,7 +773,7 @@ fn a_panicking_decide_leaves_the_store_usable(kind: Kind) {
     }));
     assert!(result.is_err());
     gate_with(
-        &store,
+        store,
         "c1",
         "k1",
         "USD",
@@ -782,7 +782,7 @@ fn a_panicking_decide_leaves_the_store_usable(kind: Kind) {
         forward("USD", 100, None),
     )
     .unwrap();
-    assert_eq!(spend(&store, NOW, "USD").in_flight, 100);
+    assert_eq!(spend(store, NOW, "USD").in_flight, 100);
 }
 
 /// After any sequence of reservations and settlements, the buckets hold exactly what the ledger rows
@@ -808,7 +808,7 @@ fn buckets_always_agree_with_the_ledger(kind: Kind) {
         match next(5) {
             0 | 1 => {
                 let _ = gate_with(
-                    &store,
+                    store,
                     &checkout,
                     &key,
                     currency,
@@ -877,7 +877,7 @@ fn a_block_records_the_pending_request(kind: Kind) {
     let id = rid(7);
     let p = pending_request(&id, BasketDigest([7; 32]), 8900);
     gate_id(
-        &store,
+        store,
         &id,
         "gid://fixture/Checkout/7",
         "k1",
@@ -889,7 +889,7 @@ fn a_block_records_the_pending_request(kind: Kind) {
     .unwrap();
     let later = NOW + time::Duration::minutes(5);
     gate_id(
-        &store,
+        store,
         &id,
         "gid://fixture/Checkout/7",
         "k2",
@@ -930,7 +930,7 @@ fn every_gate_writes_one_audit_row(kind: Kind) {
     };
     let store = &fx.store;
     gate_with(
-        &store,
+        store,
         "c1",
         "k1",
         "USD",
@@ -1116,7 +1116,7 @@ fn the_gate_sees_approvals_and_their_use(kind: Kind) {
 
     let c = "gid://fixture/Checkout/7";
     let (_, seen) = gate_id(
-        &store,
+        store,
         &id,
         c,
         "k1",
@@ -1133,7 +1133,7 @@ fn the_gate_sees_approvals_and_their_use(kind: Kind) {
     );
 
     let (_, seen) = gate_id(
-        &store,
+        store,
         &id,
         "gid://fixture/Checkout/8",
         "k1",
@@ -1165,7 +1165,7 @@ fn approval_status_follows_the_request(kind: Kind) {
 
     assert_eq!(status(NOW), ApprovalStatus::Invalid);
     gate_id(
-        &store,
+        store,
         &id,
         c,
         "k1",
@@ -1196,7 +1196,7 @@ fn approval_status_follows_the_request(kind: Kind) {
     );
 
     gate_id(
-        &store,
+        store,
         &id,
         c,
         "k1",
