@@ -1320,7 +1320,7 @@ fn scale(kind: Kind, rows: u64) {
     let store = &fx.store;
     seed_ledger(&fx, rows, NOW);
 
-    let plan = store.explain_window_query().unwrap();
+    let plan = store.explain_window_query(DAY, NOW).unwrap();
     assert!(!plan.is_empty());
     for step in &plan {
         match kind {

@@ -451,12 +451,18 @@ impl Store {
         self.read(&mut |tx| tx.in_flight())
     }
 
-    /// The query plan of the window sum the gate runs, one line per step: a diagnostic showing
-    /// the decision reads only the hourly buckets, never the ledger.
-    pub fn explain_window_query(&self) -> Result<Vec<String>, StoreError> {
+    /// The query plan of the window sum the gate runs for a USD window ending `now`, one line per
+    /// step: a diagnostic showing the decision reads only the hourly buckets, never the ledger.
+    /// (PostgreSQL plans for the actual parameters, so they are the gate's.)
+    pub fn explain_window_query(
+        &self,
+        window: Duration,
+        now: OffsetDateTime,
+    ) -> Result<Vec<String>, StoreError> {
+        let from_hour = ledger::window_start_hour(window, now);
         match &self.backend {
-            Backend::Sqlite(db) => db.explain_window_query(),
-            Backend::Postgres(db) => db.explain_window_query(),
+            Backend::Sqlite(db) => db.explain_window_query(from_hour),
+            Backend::Postgres(db) => db.explain_window_query(from_hour),
         }
     }
 }

@@ -227,11 +227,11 @@ impl Postgres {
         Ok(())
     }
 
-    pub(super) fn explain_window_query(&self) -> Result<Vec<String>, StoreError> {
+    pub(super) fn explain_window_query(&self, from_hour: i64) -> Result<Vec<String>, StoreError> {
         self.run_pg(&mut |tx| {
             let rows = tx
                 .tx
-                .query(&format!("EXPLAIN {WINDOW_SUM}"), &[&"USD", &0_i64])
+                .query(&format!("EXPLAIN {WINDOW_SUM}"), &[&"USD", &from_hour])
                 .map_err(|e| pg_err(tx.target, e))?;
             rows.iter().map(|r| tx.get::<String>(r, 0)).collect()
         })

@@ -77,10 +77,10 @@ impl Sqlite {
         approval_files::write(&self.approvals_dir(), doc)
     }
 
-    pub(super) fn explain_window_query(&self) -> Result<Vec<String>, StoreError> {
+    pub(super) fn explain_window_query(&self, from_hour: i64) -> Result<Vec<String>, StoreError> {
         let conn = self.lock();
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {WINDOW_SUM}"))?;
-        let rows = stmt.query_map(params!["USD", 0_i64], |r| r.get::<_, String>(3))?;
+        let rows = stmt.query_map(params!["USD", from_hour], |r| r.get::<_, String>(3))?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
