@@ -108,6 +108,49 @@ fn never_matches() -> regex::Regex {
     regex::Regex::new("[^\\s\\S]").expect("a constant, valid regex")
 }
 
+/// Where the store lives (`store` in the config). Absent: the embedded SQLite database in `home`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreConfig {
+    /// `<home>/cajaguard.db` (SQLite, WAL) and approval files in `<home>/approvals/`.
+    Sqlite,
+    /// A PostgreSQL database shared by every host: ledger, pending requests, approvals, audit.
+    Postgres { url: StoreUrl },
+}
+
+/// Where the PostgreSQL URL comes from. It may carry a password, so it is read at the edge (the
+/// core reads no environment) and never shown: `Debug` prints only what [`redact_url`] keeps.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// `store.url`, as written in the config.
+    Literal(zeroize::Zeroizing<String>),
+    /// `store.url_env`: the name of an environment variable holding the URL, so the secret need
+    /// not sit in the config file.
+    Env(String),
+}
+
+impl std::fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreUrl::Literal(url) => write!(f, "Literal({})", redact_url(url)),
+            StoreUrl::Env(name) => write!(f, "Env({name})"),
+        }
+    }
+}
+
+/// A database URL fit for a log line: scheme, host, port and database only. User, password and
+/// query parameters (which may hold `password=`) are dropped; anything that does not parse as a URL
+/// is shown as `<unparsable URL>`.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(parsed) => {
+            let host = parsed.host_str().unwrap_or("");
+            let port = parsed.port().map(|p| format!(":{p}")).unwrap_or_default();
+            format!("{}://{host}{port}{}", parsed.scheme(), parsed.path())
+        }
+        Err(_) => "<unparsable URL>".to_owned(),
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Policy {
     /// The config file this came from (absolute), for messages such as `cajaguard approve ID --config FILE`.
@@ -123,6 +166,8 @@ pub struct Policy {
     pub window: Duration,
     pub approvals: ApprovalPolicy,
     pub test_mode: TestModePolicy,
+    /// `store`; [`StoreConfig::Sqlite`] when absent.
+    pub store: StoreConfig,
 }
 
 /// Where a config came from: its absolute path (relative paths in it resolve against its directory)
@@ -195,6 +240,7 @@ impl Policy {
                 "window_hours",
                 "approvals",
                 "test_mode",
+                "store",
             ],
         )?;
 
@@ -245,6 +291,10 @@ impl Policy {
                 ));
             }
         }
+        let store = match root.get("store") {
+            None => StoreConfig::Sqlite,
+            Some(v) => cx.store(v)?,
+        };
 
         Ok(Policy {
             source: origin.path.to_path_buf(),
@@ -256,6 +306,7 @@ impl Policy {
             window: Duration::from_secs(window_hours * 3600),
             approvals,
             test_mode,
+            store,
         })
     }
 
@@ -729,6 +780,60 @@ impl Cx<'_, '_> {
             trusted_keys,
             max_ttl: Duration::from_secs(minutes * 60),
         })
+    }
+
+    /// `store`: exactly one of `url` (a `postgres://` URL) or `url_env` (the name of a variable
+    /// holding one). Messages never repeat the URL: it may carry a password.
+    fn store(&self, v: &Value) -> Result<StoreConfig, Error> {
+        let p = "$.store";
+        let obj = self.object(v, p)?;
+        self.only(obj, p, &["url", "url_env"])?;
+        match (obj.get("url"), obj.get("url_env")) {
+            (Some(_), Some(_)) => Err(self.err(
+                p,
+                "has both url and url_env: keep one (url_env keeps the password out of the file)",
+            )),
+            (None, None) => Err(self.err(
+                p,
+                "needs url or url_env (a postgres:// URL); leave store out for the embedded SQLite in home",
+            )),
+            (Some(url), None) => {
+                let url = self.string(url, "$.store.url")?;
+                let scheme_ok = ["postgres://", "postgresql://"]
+                    .iter()
+                    .any(|s| {
+                        url.len() > s.len()
+                            && url.get(..s.len()).is_some_and(|head| head.eq_ignore_ascii_case(s))
+                    });
+                if !scheme_ok {
+                    return Err(self.err(
+                        "$.store.url",
+                        "must be a PostgreSQL URL (postgres://user@host:5432/dbname); leave store out for the embedded SQLite in home",
+                    ));
+                }
+                Ok(StoreConfig::Postgres {
+                    url: StoreUrl::Literal(zeroize::Zeroizing::new(url.to_owned())),
+                })
+            }
+            (None, Some(name)) => {
+                let name = self.string(name, "$.store.url_env")?;
+                let valid = name
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                    && name.len() <= 128
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !valid {
+                    return Err(self.err(
+                        "$.store.url_env",
+                        "must name an environment variable, like \"CAJAGUARD_STORE_URL\"",
+                    ));
+                }
+                Ok(StoreConfig::Postgres {
+                    url: StoreUrl::Env(name.to_owned()),
+                })
+            }
+        }
     }
 
     fn test_mode(&self, v: &Value) -> Result<TestModePolicy, Error> {

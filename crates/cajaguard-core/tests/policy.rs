@@ -378,3 +378,68 @@ fn the_token_never_goes_in_the_config() {
         "$.downstream.bearer_token_env",
     );
 }
+
+#[test]
+fn the_store_defaults_to_sqlite_and_takes_a_postgres_url_or_variable() {
+    use cajaguard_core::policy::{StoreConfig, StoreUrl};
+    assert_eq!(policy().store, StoreConfig::Sqlite);
+
+    let secret = "postgres://cg:hunter2-secret@db.internal:5433/ledger?password=hunter2-secret";
+    let p = parse(&with(|c| c["store"] = json!({ "url": secret }))).unwrap();
+    let StoreConfig::Postgres {
+        url: StoreUrl::Literal(url),
+    } = &p.store
+    else {
+        panic!("not a literal postgres url: {:?}", p.store);
+    };
+    assert_eq!(url.as_str(), secret);
+    // Debug (what a log line or a panic would show) keeps the password out.
+    let shown = format!("{:?}", p);
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("db.internal:5433/ledger"), "{shown}");
+
+    let p = parse(&with(|c| {
+        c["store"] = json!({ "url_env": "CAJAGUARD_STORE_URL" })
+    }))
+    .unwrap();
+    assert_eq!(
+        p.store,
+        StoreConfig::Postgres {
+            url: StoreUrl::Env("CAJAGUARD_STORE_URL".to_owned())
+        }
+    );
+}
+
+#[test]
+fn store_refusals_never_repeat_the_url() {
+    refused(&with(|c| c["store"]["uri"] = json!("x")), "$.store.uri");
+    refused(&with(|c| c["store"] = json!({})), "$.store");
+    refused(
+        &with(|c| c["store"] = json!({ "url": "postgres://a@b/c", "url_env": "X" })),
+        "$.store",
+    );
+    let msg = refused(
+        &with(|c| c["store"] = json!({ "url": "mysql://root:hunter2@db/x" })),
+        "$.store.url",
+    );
+    assert!(!msg.contains("hunter2"), "{msg}");
+    refused(
+        &with(|c| c["store"] = json!({ "url": "postgrés" })),
+        "$.store.url",
+    );
+    refused(
+        &with(|c| c["store"] = json!({ "url_env": "NOT A NAME" })),
+        "$.store.url_env",
+    );
+    refused(&with(|c| c["store"] = json!("sqlite")), "$.store");
+}
+
+#[test]
+fn redact_url_keeps_only_where_the_database_is() {
+    use cajaguard_core::policy::redact_url;
+    assert_eq!(
+        redact_url("postgres://u:p4ss@h:5432/db?sslmode=require&password=p4ss"),
+        "postgres://h:5432/db"
+    );
+    assert_eq!(redact_url("not a url"), "<unparsable URL>");
+}

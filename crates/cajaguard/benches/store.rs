@@ -3,6 +3,10 @@
 //! next to the floor it cannot go below — one append and fdatasync on the same disk (the store
 //! commits with `synchronous=FULL`, one WAL sync per decision).
 //!
+//! The same decision on the shared PostgreSQL store (`gate_allow_with_reservation_postgres`), when
+//! `CAJAGUARD_TEST_POSTGRES_URL` names a server (a fresh schema, dropped afterwards): one round trip
+//! per statement to the server, which commits with its own WAL flush.
+//!
 //! `cargo bench -p cajaguard --bench store`. Homes live under Cargo's target tmp dir, so on the disk
 //! a project-local home would be on.
 
@@ -17,10 +21,14 @@ use std::time::Duration;
 use cajaguard::store::{AuditRecord, Store};
 use cajaguard_core::approval::RequestId;
 use cajaguard_core::gate::{Effect, Outcome, Reason, Ruling, Verdict};
+use cajaguard_core::policy::{StoreConfig, StoreUrl};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::CompleteRequest;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use time::OffsetDateTime;
+
+#[path = "../tests/pg_support/mod.rs"]
+mod pg_support;
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
@@ -92,7 +100,6 @@ fn allow_outcome(total: i64) -> Outcome {
 
 fn gate_allow(c: &mut Criterion) {
     let now = OffsetDateTime::now_utc();
-    let request_id = RequestId::parse("cg-0123456789abcdef").unwrap();
     let mut group = c.benchmark_group("gate_allow_with_reservation");
     group
         .sample_size(50)
@@ -102,58 +109,118 @@ fn gate_allow(c: &mut Criterion) {
         let home = tmp.path().join("home");
         let store = Store::open(&home).unwrap();
         seed_ledger(&store.database_path(), rows, now);
-        let mut n = 0_u64;
-        group.bench_function(BenchmarkId::from_parameter(format!("{rows}_rows")), |b| {
-            b.iter(|| {
-                n += 1;
-                let checkout = format!("gid://bench/Checkout/{n}");
-                let request = CompleteRequest {
-                    checkout_id: checkout.clone(),
-                    idempotency_key: format!("bench-{n}"),
-                    agent_profile: "https://agent.example/profile".to_owned(),
-                    handler_ids: vec!["fixture_test_handler".to_owned()],
-                };
-                let quote = Quote {
-                    checkout_id: checkout,
-                    status: "ready_for_complete".to_owned(),
-                    currency: "USD".to_owned(),
-                    total: 2400,
-                    line_items: vec![],
-                    merchant: Some("demo-outfitters.example".to_owned()),
-                };
-                let audit = AuditRecord {
-                    at: now,
-                    tool: "complete_checkout".to_owned(),
-                    verdict: String::new(),
-                    reason: String::new(),
-                    merchant: None,
-                    currency: None,
-                    total: None,
-                    request_id: None,
-                    idempotency_key: None,
-                    checkout_id: None,
-                    latency: Duration::ZERO,
-                    note: None,
-                };
-                let outcome = store
-                    .gate(
-                        &request,
-                        &quote,
-                        &request_id,
-                        DAY,
-                        now,
-                        &mut |view, _| {
-                            black_box(view.window_spent);
-                            allow_outcome(2400)
-                        },
-                        &audit,
-                    )
-                    .unwrap();
-                black_box(outcome)
-            })
-        });
+        bench_gate(&mut group, &store, rows, now);
     }
     group.finish();
+
+    let Some(base) = pg_support::base_url() else {
+        pg_support::notice("gate_allow_with_reservation_postgres");
+        return;
+    };
+    let mut group = c.benchmark_group("gate_allow_with_reservation_postgres");
+    group
+        .sample_size(50)
+        .measurement_time(Duration::from_secs(10));
+    for rows in [1_000_u64, 1_000_000] {
+        let schema = pg_support::Schema::create(&base);
+        let tmp = tempdir();
+        let store = Store::open_with(
+            &tmp.path().join("home"),
+            &StoreConfig::Postgres {
+                url: StoreUrl::Literal(zeroize::Zeroizing::new(schema.url.clone())),
+            },
+        )
+        .unwrap();
+        seed_postgres(&schema, rows, now);
+        bench_gate(&mut group, &store, rows, now);
+    }
+    group.finish();
+}
+
+/// The same rows as [`seed_ledger`], made by the server.
+fn seed_postgres(schema: &pg_support::Schema, rows: u64, now: OffsetDateTime) {
+    schema
+        .client()
+        .batch_execute(&format!(
+            "INSERT INTO ledger (checkout_id, idempotency_key, merchant, currency, reserved, charged, state,
+                                 hour, reserved_at, settled_at)
+             SELECT 'gid://seed/Checkout/' || i, 'seed-' || i, 'demo-outfitters.example',
+                    CASE WHEN i % 3 = 0 THEN 'JPY' ELSE 'USD' END, 100 + i % 900, 100 + i % 900, 'settled',
+                    at / 3600, at * 1000000, at * 1000000
+             FROM (SELECT i, {now} - (i % (90 * 24)) * 3600 - (i % 3600) AS at
+                   FROM generate_series(0::BIGINT, {last}::BIGINT) AS i) AS seed;
+             INSERT INTO spend_buckets (currency, hour, settled, in_flight)
+             SELECT currency, hour, SUM(charged)::BIGINT, 0 FROM ledger GROUP BY currency, hour;",
+            now = now.unix_timestamp(),
+            last = rows - 1
+        ))
+        .unwrap();
+    // One statement each: VACUUM cannot run inside the implicit transaction of a batch.
+    let mut client = schema.client();
+    for statement in ["VACUUM ANALYZE ledger", "VACUUM ANALYZE spend_buckets"] {
+        client.batch_execute(statement).unwrap();
+    }
+    // Flush the seed now, so the benchmark's commits do not pay for it (needs a privileged role).
+    let _ = client.batch_execute("CHECKPOINT");
+}
+
+fn bench_gate(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    store: &Store,
+    rows: u64,
+    now: OffsetDateTime,
+) {
+    let request_id = RequestId::parse("cg-0123456789abcdef").unwrap();
+    let mut n = 0_u64;
+    group.bench_function(BenchmarkId::from_parameter(format!("{rows}_rows")), |b| {
+        b.iter(|| {
+            n += 1;
+            let checkout = format!("gid://bench/Checkout/{n}");
+            let request = CompleteRequest {
+                checkout_id: checkout.clone(),
+                idempotency_key: format!("bench-{n}"),
+                agent_profile: "https://agent.example/profile".to_owned(),
+                handler_ids: vec!["fixture_test_handler".to_owned()],
+            };
+            let quote = Quote {
+                checkout_id: checkout,
+                status: "ready_for_complete".to_owned(),
+                currency: "USD".to_owned(),
+                total: 2400,
+                line_items: vec![],
+                merchant: Some("demo-outfitters.example".to_owned()),
+            };
+            let audit = AuditRecord {
+                at: now,
+                tool: "complete_checkout".to_owned(),
+                verdict: String::new(),
+                reason: String::new(),
+                merchant: None,
+                currency: None,
+                total: None,
+                request_id: None,
+                idempotency_key: None,
+                checkout_id: None,
+                latency: Duration::ZERO,
+                note: None,
+            };
+            let outcome = store
+                .gate(
+                    &request,
+                    &quote,
+                    &request_id,
+                    DAY,
+                    now,
+                    &mut |view, _| {
+                        black_box(view.window_spent);
+                        allow_outcome(2400)
+                    },
+                    &audit,
+                )
+                .unwrap();
+            black_box(outcome)
+        })
+    });
 }
 
 fn fsync_floor(c: &mut Criterion) {

@@ -4,8 +4,14 @@
 //! The threads each open their own `Store` (their own SQLite connection, their own file locks), and
 //! the last tests start real child processes: this test binary itself, run with
 //! `CAJAGUARD_STORE_WORKER` set, does the work in `worker_process`.
+//!
+//! The same races run on PostgreSQL (`*_postgres`, a fresh schema each; skipped with a notice
+//! without `CAJAGUARD_TEST_POSTGRES_URL`): there each store is its own connection, as each host's
+//! would be, with its own home.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a panic is a failure report.
+
+mod pg_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,6 +23,7 @@ use cajaguard_core::approval::{
     self, ApprovalTerms, BasketDigest, Decision, RequestId, SigningKey,
 };
 use cajaguard_core::gate::{Effect, LedgerView, Outcome, Reason, Ruling, Verdict};
+use cajaguard_core::policy::{StoreConfig, StoreUrl};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::CompleteRequest;
 use time::OffsetDateTime;
@@ -110,9 +117,27 @@ fn request_id() -> RequestId {
     RequestId::parse("cg-00000000000000aa").unwrap()
 }
 
+/// The PostgreSQL URL a worker process uses (unset: the SQLite store in its home).
+const WORKER_PG_ENV: &str = "CAJAGUARD_STORE_WORKER_PG";
+
+/// A store on `home`: SQLite, or PostgreSQL at `url` (each caller its own connection, as each
+/// host would have).
+fn open(home: &Path, url: Option<&str>) -> Store {
+    match url {
+        None => Store::open(home).unwrap(),
+        Some(url) => Store::open_with(
+            home,
+            &StoreConfig::Postgres {
+                url: StoreUrl::Literal(zeroize::Zeroizing::new(url.to_owned())),
+            },
+        )
+        .unwrap(),
+    }
+}
+
 /// `attempts` gates of `TOTAL` each on fresh checkouts; how many were forwarded.
-fn reserve_many(home: &Path, worker: &str, attempts: usize) -> i64 {
-    let store = Store::open(home).unwrap();
+fn reserve_many(home: &Path, url: Option<&str>, worker: &str, attempts: usize) -> i64 {
+    let store = open(home, url);
     let mut forwarded = 0;
     for n in 0..attempts {
         let checkout = format!("gid://fixture/Checkout/{worker}-{n}");
@@ -134,8 +159,8 @@ fn reserve_many(home: &Path, worker: &str, attempts: usize) -> i64 {
     forwarded
 }
 
-fn reserved(home: &Path) -> i64 {
-    let store = Store::open(home).unwrap();
+fn reserved(home: &Path, url: Option<&str>) -> i64 {
+    let store = open(home, url);
     let spend = store.window_spend(DAY, NOW).unwrap();
     spend
         .get("USD")
@@ -145,29 +170,52 @@ fn reserved(home: &Path) -> i64 {
 
 #[test]
 fn threads_with_their_own_connections_never_pass_the_window() {
+    threads_never_pass_the_window(None);
+}
+
+#[test]
+fn threads_with_their_own_connections_never_pass_the_window_postgres() {
+    let Some(schema) = schema("threads_..._postgres") else {
+        return;
+    };
+    threads_never_pass_the_window(Some(&schema.url));
+}
+
+fn schema(test: &str) -> Option<pg_support::Schema> {
+    match pg_support::base_url() {
+        Some(base) => Some(pg_support::Schema::create(&base)),
+        None => {
+            pg_support::notice(test);
+            None
+        }
+    }
+}
+
+fn threads_never_pass_the_window(url: Option<&str>) {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
-    drop(Store::open(&home).unwrap());
+    drop(open(&home, url));
     let threads = 4;
     let barrier = Arc::new(Barrier::new(threads));
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let home = home.clone();
+            let url = url.map(str::to_owned);
             let barrier = Arc::clone(&barrier);
             std::thread::spawn(move || {
                 barrier.wait();
-                reserve_many(&home, &format!("t{t}"), 8)
+                reserve_many(&home, url.as_deref(), &format!("t{t}"), 8)
             })
         })
         .collect();
     let forwarded: i64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
     // 32 attempts for 14 places: every place is taken, and not one more.
     assert_eq!(forwarded, FIT);
-    assert_eq!(reserved(&home), FIT * TOTAL);
-    assert!(reserved(&home) <= WINDOW);
+    assert_eq!(reserved(&home, url), FIT * TOTAL);
+    assert!(reserved(&home, url) <= WINDOW);
 }
 
-fn signed_approval(home: &Path) -> (RequestId, String) {
+fn signed_approval(home: &Path, url: Option<&str>) -> (RequestId, String) {
     let key = SigningKey::from_seed(&[5; 32]);
     let digest = BasketDigest([0x5a; 32]);
     let doc = approval::sign(
@@ -186,7 +234,7 @@ fn signed_approval(home: &Path) -> (RequestId, String) {
             note: String::new(),
         },
     );
-    Store::open(home).unwrap().write_approval(&doc).unwrap();
+    open(home, url).write_approval(&doc).unwrap();
     (digest.request_id(), doc.nonce)
 }
 
@@ -211,16 +259,29 @@ fn try_use_approval(store: &Store, id: &RequestId, checkout: &str) -> bool {
 
 #[test]
 fn one_approval_raced_by_threads_is_used_once() {
+    approval_raced_by_threads(None);
+}
+
+#[test]
+fn one_approval_raced_by_threads_is_used_once_postgres() {
+    let Some(schema) = schema("one_approval_raced_by_threads_is_used_once_postgres") else {
+        return;
+    };
+    approval_raced_by_threads(Some(&schema.url));
+}
+
+fn approval_raced_by_threads(url: Option<&str>) {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
-    let (id, _) = signed_approval(&home);
+    let (id, _) = signed_approval(&home, url);
     let threads = 6;
     let barrier = Arc::new(Barrier::new(threads));
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let (home, id, barrier) = (home.clone(), id.clone(), Arc::clone(&barrier));
+            let url = url.map(str::to_owned);
             std::thread::spawn(move || {
-                let store = Store::open(&home).unwrap();
+                let store = open(&home, url.as_deref());
                 barrier.wait();
                 try_use_approval(&store, &id, &format!("gid://fixture/Checkout/{t}"))
             })
@@ -252,14 +313,22 @@ fn worker_process() {
         parts.next().unwrap(),
         PathBuf::from(parts.next().unwrap()),
     );
-    // Start together: wait for the parent's go file.
+    let url = std::env::var(WORKER_PG_ENV).ok();
+    let url = url.as_deref();
+    // Each worker its own home (as each host has), all on one database: the PostgreSQL case.
+    let own_home = home.join(name);
+    let store_home = if url.is_some() { &own_home } else { &home };
+    // Start together: wait for the parent's go file (not forever: a parent that failed before
+    // writing it must not leave orphans behind).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while !home.join("go").exists() {
+        assert!(std::time::Instant::now() < deadline, "no go file");
         std::thread::sleep(Duration::from_millis(2));
     }
     match task {
-        "reserve" => println!("WORKER-RESULT {}", reserve_many(&home, name, 8)),
+        "reserve" => println!("WORKER-RESULT {}", reserve_many(store_home, url, name, 8)),
         "approval" => {
-            let store = Store::open(&home).unwrap();
+            let store = open(store_home, url);
             let used = try_use_approval(
                 &store,
                 &request_id_from_env(),
@@ -278,7 +347,15 @@ fn request_id_from_env() -> RequestId {
 
 /// Starts `count` copies of this test binary as workers on `home`, lets them go at once, and sums
 /// what they report.
-fn run_workers(home: &Path, task: &str, count: usize, id: Option<&RequestId>) -> i64 {
+fn run_workers(
+    home: &Path,
+    url: Option<&str>,
+    task: &str,
+    count: usize,
+    id: Option<&RequestId>,
+) -> i64 {
+    // A PostgreSQL store does not create the home; the go file needs it.
+    std::fs::create_dir_all(home).unwrap();
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..count)
         .map(|n| {
@@ -294,6 +371,10 @@ fn run_workers(home: &Path, task: &str, count: usize, id: Option<&RequestId>) ->
             if let Some(id) = id {
                 cmd.env("CAJAGUARD_STORE_WORKER_ID", id.as_str());
             }
+            match url {
+                Some(url) => cmd.env(WORKER_PG_ENV, url),
+                None => cmd.env_remove(WORKER_PG_ENV),
+            };
             cmd.spawn().unwrap()
         })
         .collect();
@@ -314,20 +395,44 @@ fn run_workers(home: &Path, task: &str, count: usize, id: Option<&RequestId>) ->
 
 #[test]
 fn processes_sharing_a_home_never_pass_the_window() {
+    processes_never_pass_the_window(None);
+}
+
+#[test]
+fn processes_with_their_own_homes_sharing_postgres_never_pass_the_window() {
+    let Some(schema) = schema("processes_..._postgres_never_pass_the_window") else {
+        return;
+    };
+    processes_never_pass_the_window(Some(&schema.url));
+}
+
+fn processes_never_pass_the_window(url: Option<&str>) {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
-    drop(Store::open(&home).unwrap());
-    let forwarded = run_workers(&home, "reserve", 4, None);
+    drop(open(&home, url));
+    let forwarded = run_workers(&home, url, "reserve", 4, None);
     assert_eq!(forwarded, FIT);
-    assert_eq!(reserved(&home), FIT * TOTAL);
+    assert_eq!(reserved(&home, url), FIT * TOTAL);
 }
 
 #[test]
 fn processes_sharing_a_home_use_one_approval_once() {
+    processes_use_one_approval_once(None);
+}
+
+#[test]
+fn processes_with_their_own_homes_sharing_postgres_use_one_approval_once() {
+    let Some(schema) = schema("processes_..._postgres_use_one_approval_once") else {
+        return;
+    };
+    processes_use_one_approval_once(Some(&schema.url));
+}
+
+fn processes_use_one_approval_once(url: Option<&str>) {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
-    let (id, _) = signed_approval(&home);
-    assert_eq!(run_workers(&home, "approval", 4, Some(&id)), 1);
+    let (id, _) = signed_approval(&home, url);
+    assert_eq!(run_workers(&home, url, "approval", 4, Some(&id)), 1);
 }
 
 // ---- kill -9 ----

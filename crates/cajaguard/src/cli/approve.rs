@@ -128,7 +128,7 @@ fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) 
         note: note.to_owned(),
     };
     let document = approval::sign(&key, &terms);
-    let path = store
+    let filed = store
         .write_approval(&document)
         .map_err(|e| Failure::unexpected(e.to_string()))?;
     match decision {
@@ -136,9 +136,9 @@ fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) 
             "approved {id} for {}, valid for {}: {}",
             super::pending::amount(&pending),
             humantime::format_duration(ttl),
-            path.display()
+            filed
         ),
-        Decision::Deny => println!("denied {id}: {}", path.display()),
+        Decision::Deny => println!("denied {id}: {filed}"),
     }
     Ok(0)
 }

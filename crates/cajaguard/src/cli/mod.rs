@@ -203,15 +203,21 @@ pub fn env(name: &str) -> Option<OsString> {
     std::env::var_os(name).filter(|v| !v.is_empty())
 }
 
-/// Opens the store named by the policy.
+/// Opens the store named by the policy (its `store`, else SQLite in `home`).
 pub fn open_store(policy: &Policy) -> Result<crate::store::Store, Failure> {
-    crate::store::Store::open(&policy.home).map_err(|e| Failure {
+    use cajaguard_core::policy::StoreConfig;
+    crate::store::Store::for_policy(policy).map_err(|e| Failure {
         code: 1,
         message: e.to_string(),
-        hint: Some(format!(
-            "check that {} is a directory you own",
-            policy.home.display()
-        )),
+        hint: Some(match policy.store {
+            StoreConfig::Sqlite => format!(
+                "check that {} is a directory you own",
+                policy.home.display()
+            ),
+            StoreConfig::Postgres { .. } => {
+                "check that the PostgreSQL server is up and that store.url (or the variable store.url_env names) is right".to_owned()
+            }
+        }),
     })
 }
 

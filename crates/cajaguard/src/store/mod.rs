@@ -1,35 +1,41 @@
-//! The durable store under `home` (SPEC §8): the spend ledger, pending requests, used approvals and the
-//! audit log in SQLite (WAL), and signed approvals as JSON files in `<home>/approvals/`.
+//! The durable store (SPEC §8): the spend ledger, pending requests, used approvals and the audit log.
+//! Two backends behind one [`Store`], chosen by the config's `store`:
+//! - the embedded default, SQLite (WAL) in `home`, with signed approvals as JSON files in
+//!   `<home>/approvals/` ([`sqlite`]);
+//! - PostgreSQL shared by every host, with the signed approvals in the database too ([`postgres`]).
 //!
-//! Every gate decision happens inside one `BEGIN IMMEDIATE` transaction: read the ledger view, call the
-//! pure `decide`, apply its effect (reserve, mark the approval used, record the pending request), write
-//! the audit record, commit. No `.await`, no network inside it. Two processes sharing a home therefore
-//! can never together pass a cap or use one approval twice.
+//! Every gate decision happens inside one transaction: lock the currency (SQLite's `BEGIN
+//! IMMEDIATE` locks everything; PostgreSQL locks the currency's row), read the ledger view, call the
+//! pure `decide`, apply its effect (reserve, mark the approval used, record the pending request),
+//! write the audit record, commit. No `.await`, no call to the shop inside it. Processes sharing the
+//! store, on one host or many, therefore can never together pass a cap or use one approval twice.
 //!
-//! Layout: [`schema`] opens the home and the database safely; [`ledger`] holds reservations and the
-//! hourly spend buckets; [`approvals`] reads and writes approval files and the used-nonce table;
-//! [`pending`] the blocked requests; [`audit`] the decision log.
+//! Layout: [`tx`] is what a transaction can do, whatever the database; [`ledger`] (reservations,
+//! hourly spend buckets), [`approvals`] (candidates, single use, status), [`pending`] and [`audit`]
+//! hold the rules, written once against it; `sqlite/` and `postgres/` hold the SQL.
 
 mod approvals;
 mod audit;
 mod ledger;
 mod pending;
-mod schema;
+mod postgres;
+mod sqlite;
+mod tx;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cajaguard_core::approval::{ApprovalDocument, RequestId, TrustedKeys};
 use cajaguard_core::gate::{ApprovalCandidate, Effect, LedgerView, Outcome, PendingRequest};
+use cajaguard_core::policy::{Policy, StoreConfig, StoreUrl};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::CompleteRequest;
 use cajaguard_core::settle::Settlement;
-use rusqlite::{Connection, TransactionBehavior};
 use time::OffsetDateTime;
 
-pub use schema::{BUSY_TIMEOUT, DB_FILE};
+pub use self::postgres::CONNECT_TIMEOUT;
+pub use sqlite::schema::{BUSY_TIMEOUT, DB_FILE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -42,25 +48,49 @@ pub enum StoreError {
     Unsafe { path: PathBuf, why: String },
     #[error("the store's database failed: {0}; the call was refused (nothing was forwarded)")]
     Database(#[from] rusqlite::Error),
+    /// A statement failed on a live PostgreSQL connection. `target` names the database without
+    /// user or password.
+    #[error(
+        "the PostgreSQL store {target} failed: {}; the call was refused (nothing was forwarded)",
+        self::postgres::detail(source)
+    )]
+    Postgres {
+        target: String,
+        source: ::postgres::Error,
+    },
+    /// The PostgreSQL store cannot be reached (down, restarting, connection cut). Nothing was
+    /// applied; the next call connects again.
+    #[error(
+        "the PostgreSQL store {store} is unreachable ({why}); the call was refused (nothing was forwarded); CajaGuard reconnects on the next call, check that the database is up"
+    )]
+    Unavailable { store: String, why: String },
+    /// The `store` settings cannot be used (an unset `url_env` variable, a URL that does not
+    /// parse). The message never holds the URL's password.
+    #[error("the store setting is unusable: {0}")]
+    Config(String),
     #[error("cannot write {}: {source}", path.display())]
     Write {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// Another process held the database's write lock past [`BUSY_TIMEOUT`]. Nothing was applied;
+    /// An approval with this request id and nonce is already filed; it is never overwritten.
+    #[error(
+        "an approval for {request_id} with this nonce is already filed; it was not overwritten"
+    )]
+    ApprovalExists { request_id: String },
+    /// Another process held the lock the call needed past [`BUSY_TIMEOUT`]. Nothing was applied;
     /// retrying later is safe.
     #[error(
-        "the store {} stayed locked by another CajaGuard process for more than {} s; the call was refused (nothing was forwarded), retry it",
-        path.display(), BUSY_TIMEOUT.as_secs()
+        "the store {store} stayed locked by another CajaGuard process for more than {} s; the call was refused (nothing was forwarded), retry it",
+        BUSY_TIMEOUT.as_secs()
     )]
-    Busy { path: PathBuf },
+    Busy { store: String },
     /// The database was written by a newer CajaGuard (its schema version is unknown here).
     #[error(
-        "the store {} has schema version {found}, this CajaGuard knows up to {known}; use the newer cajaguard binary or another home",
-        path.display()
+        "the store {store} has schema version {found}, this CajaGuard knows up to {known}; use the newer cajaguard binary or another store"
     )]
     Incompatible {
-        path: PathBuf,
+        store: String,
         found: i64,
         known: i64,
     },
@@ -70,6 +100,24 @@ pub enum StoreError {
         "the store is inconsistent: {0}; the call was refused (nothing was forwarded); please report this"
     )]
     Inconsistent(String),
+}
+
+/// Where `write_approval` filed a signed approval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FiledApproval {
+    /// A file in `<home>/approvals/` (SQLite store).
+    File(PathBuf),
+    /// The `approvals` table of the shared store (its redacted address).
+    Database(String),
+}
+
+impl std::fmt::Display for FiledApproval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FiledApproval::File(path) => write!(f, "{}", path.display()),
+            FiledApproval::Database(store) => write!(f, "filed in the shared store {store}"),
+        }
+    }
 }
 
 /// One audited decision (never a secret: no tokens, no card numbers, no arguments).
@@ -137,21 +185,55 @@ pub struct InFlight {
     pub reserved_at: OffsetDateTime,
 }
 
-/// The store of one home. `Send + Sync`: share it behind an `Arc`; calls serialize on one connection
-/// (each is a short transaction with no I/O but the disk), and separate processes serialize on
-/// SQLite's write lock.
+/// The store named by the config. `Send + Sync`: share it behind an `Arc`; calls serialize on one
+/// connection (each is a short transaction), and separate processes serialize on the database's
+/// locks (SQLite's write lock, PostgreSQL's per-currency row lock).
 pub struct Store {
     home: PathBuf,
-    conn: Mutex<Connection>,
+    backend: Backend,
+}
+
+enum Backend {
+    Sqlite(sqlite::Sqlite),
+    Postgres(self::postgres::Postgres),
 }
 
 impl Store {
-    /// Opens (creating if missing, 0700) the home and its database, and `approvals/`.
+    /// Opens the embedded SQLite store in `home` (creating the home, 0700, its database and
+    /// `approvals/` if missing).
     pub fn open(home: &Path) -> Result<Store, StoreError> {
-        let conn = schema::open(home)?;
         Ok(Store {
             home: home.to_path_buf(),
-            conn: Mutex::new(conn),
+            backend: Backend::Sqlite(sqlite::Sqlite::open(home)?),
+        })
+    }
+
+    /// Opens the store the policy names: its `store`, else SQLite in its `home`.
+    pub fn for_policy(policy: &Policy) -> Result<Store, StoreError> {
+        Store::open_with(&policy.home, &policy.store)
+    }
+
+    /// Opens the store `config` names. For PostgreSQL this connects (within [`CONNECT_TIMEOUT`])
+    /// and applies missing migrations; `url_env` is read from the environment here, at the edge.
+    pub fn open_with(home: &Path, config: &StoreConfig) -> Result<Store, StoreError> {
+        let url = match config {
+            StoreConfig::Sqlite => return Store::open(home),
+            StoreConfig::Postgres { url } => url,
+        };
+        let url = match url {
+            StoreUrl::Literal(url) => url.clone(),
+            StoreUrl::Env(name) => match std::env::var(name) {
+                Ok(value) if !value.trim().is_empty() => zeroize::Zeroizing::new(value),
+                _ => {
+                    return Err(StoreError::Config(format!(
+                        "store.url_env names {name}, which is not set (or not UTF-8): export {name}=postgres://user@host:5432/dbname"
+                    )));
+                }
+            },
+        };
+        Ok(Store {
+            home: home.to_path_buf(),
+            backend: Backend::Postgres(self::postgres::Postgres::open(&url)?),
         })
     }
 
@@ -159,21 +241,61 @@ impl Store {
         &self.home
     }
 
-    /// The SQLite database file inside the home.
+    /// Where the data is, for people: the SQLite file, or the PostgreSQL address without user or
+    /// password.
+    pub fn describe(&self) -> String {
+        match &self.backend {
+            Backend::Sqlite(_) => self.database_path().display().to_string(),
+            Backend::Postgres(pg) => pg.target().to_owned(),
+        }
+    }
+
+    /// Whether this is the shared PostgreSQL store.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(_))
+    }
+
+    /// The SQLite database file inside the home (meaningful for the SQLite store only).
     pub fn database_path(&self) -> PathBuf {
         self.home.join(DB_FILE)
     }
 
-    /// The folder a human drops signed approvals into.
+    /// The folder a human drops signed approvals into (SQLite store only: the shared store keeps
+    /// them in its `approvals` table).
     pub fn approvals_dir(&self) -> PathBuf {
-        self.home.join(approvals::APPROVALS_DIR)
+        self.home.join(sqlite::approval_files::APPROVALS_DIR)
     }
 
-    /// SPEC §4 steps 9-12, atomically. `decide` is called exactly once, inside the transaction, with
-    /// the ledger view for `quote.currency`/`request.checkout_id` over `window` before `now`, and the
-    /// approvals found for `request_id` (files in `approvals/` plus their used flag). The outcome's
-    /// effect is applied and `audit` written before commit. If anything fails, nothing is applied and
-    /// the error is returned: the caller refuses (fail closed).
+    /// A write transaction: `f` runs in it and it commits if `f` returns `Ok`. PostgreSQL may run
+    /// `f` again after a serialization failure or deadlock (the earlier run was rolled back).
+    fn write<T>(
+        &self,
+        f: &mut dyn FnMut(&mut dyn tx::Tx) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(db) => db.write(f),
+            Backend::Postgres(db) => db.run(f),
+        }
+    }
+
+    /// Reads, and single inserts that need no transaction of their own on SQLite.
+    fn read<T>(
+        &self,
+        f: &mut dyn FnMut(&mut dyn tx::Tx) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(db) => db.read(f),
+            Backend::Postgres(db) => db.run(f),
+        }
+    }
+
+    /// SPEC §4 steps 9-12, atomically. `decide` is called inside the transaction, with the ledger
+    /// view for `quote.currency`/`request.checkout_id` over `window` before `now`, and the approvals
+    /// found for `request_id` (with their used flag). It is called once per attempt: PostgreSQL may
+    /// roll an attempt back (deadlock, serialization failure) and run it again, so `decide` must be
+    /// pure, as `gate::decide` is. The outcome's effect is applied and `audit` written before
+    /// commit. If anything fails, nothing is applied and the error is returned: the caller refuses
+    /// (fail closed).
     ///
     /// The audit row takes its verdict and reason from the outcome (the caller cannot know them
     /// before), and its merchant, currency, total, request id, idempotency key and checkout id from
@@ -191,11 +313,10 @@ impl Store {
         audit: &AuditRecord,
     ) -> Result<Outcome, StoreError> {
         let started = Instant::now();
-        let mut conn = self.lock();
-        let result = (|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let view = ledger::view(&tx, &quote.currency, &request.checkout_id, window, now)?;
-            let candidates = approvals::candidates(&tx, &self.approvals_dir(), request_id)?;
+        self.write(&mut |tx| {
+            tx.lock_currency(&quote.currency)?;
+            let view = ledger::view(tx, &quote.currency, &request.checkout_id, window, now)?;
+            let candidates = approvals::candidates(tx, request_id)?;
             let outcome = decide(&view, &candidates);
             match &outcome.effect {
                 Effect::Forward {
@@ -204,9 +325,17 @@ impl Store {
                     merchant,
                     use_approval_nonce,
                 } => {
+                    if *currency != quote.currency {
+                        // The lock taken is the quote's currency: a reservation in another one
+                        // would not be serialized with that currency's gates.
+                        return Err(StoreError::Inconsistent(format!(
+                            "the gate asked to reserve in {currency}, but the checkout is in {}",
+                            quote.currency
+                        )));
+                    }
                     ledger::reserve(
-                        &tx,
-                        &ledger::Reservation {
+                        tx,
+                        &tx::Reservation {
                             checkout_id: &request.checkout_id,
                             idempotency_key: &request.idempotency_key,
                             merchant,
@@ -216,15 +345,15 @@ impl Store {
                         now,
                     )?;
                     if let Some(nonce) = use_approval_nonce {
-                        approvals::mark_used(&tx, nonce, request_id, &request.checkout_id, now)?;
+                        approvals::mark_used(tx, nonce, request_id, &request.checkout_id, now)?;
                     }
                 }
                 Effect::Retry => {
-                    ledger::check_retry(&tx, &request.checkout_id, &request.idempotency_key, now)?
+                    ledger::check_retry(tx, &request.checkout_id, &request.idempotency_key, now)?
                 }
                 Effect::Refuse {
                     pending: Some(pending),
-                } => pending::upsert(&tx, pending, now)?,
+                } => tx.upsert_pending(pending, micros(now))?,
                 Effect::Refuse { pending: None } => {}
             }
             let mut record = audit.clone();
@@ -243,11 +372,9 @@ impl Store {
                 .checkout_id
                 .or_else(|| Some(request.checkout_id.clone()));
             record.latency = record.latency.saturating_add(started.elapsed());
-            audit::insert(&tx, &record)?;
-            tx.commit()?;
+            tx.insert_audit(&record)?;
             Ok(outcome)
-        })();
-        result.map_err(|e| self.classify(e))
+        })
     }
 
     /// Ends the reservation of `checkout_id`/`idempotency_key` as `settlement` says (Unknown: no change).
@@ -263,20 +390,12 @@ impl Store {
         if *settlement == Settlement::Unknown {
             return Ok(());
         }
-        let mut conn = self.lock();
-        let result = (|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            ledger::settle(&tx, checkout_id, idempotency_key, settlement, now)?;
-            tx.commit()?;
-            Ok(())
-        })();
-        result.map_err(|e| self.classify(e))
+        self.write(&mut |tx| ledger::settle(tx, checkout_id, idempotency_key, settlement, now))
     }
 
     /// An audit record for a decision made outside [`Store::gate`] (precheck refusals, other tools).
     pub fn audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
-        let conn = self.lock();
-        audit::insert(&conn, record).map_err(|e| self.classify(e))
+        self.read(&mut |tx| tx.insert_audit(record))
     }
 
     /// Settled and in-flight spend per currency over `window` before `now` (the same conservative
@@ -286,27 +405,25 @@ impl Store {
         window: Duration,
         now: OffsetDateTime,
     ) -> Result<BTreeMap<String, WindowSpend>, StoreError> {
-        let conn = self.lock();
-        ledger::window_spend(&conn, window, now).map_err(|e| self.classify(e))
+        let from_hour = ledger::window_start_hour(window, now);
+        self.read(&mut |tx| tx.window_spend(from_hour))
     }
 
     /// Requests still waiting for a human, oldest first (a request whose approval was used to
     /// forward a payment is no longer pending until the gate blocks it again).
     pub fn pending(&self) -> Result<Vec<PendingRow>, StoreError> {
-        let conn = self.lock();
-        pending::list(&conn).map_err(|e| self.classify(e))
+        self.read(&mut |tx| tx.pending_list())
     }
 
     /// The stored request, pending or already used (so `show` and `approve` can read it).
     pub fn pending_request(&self, id: &RequestId) -> Result<Option<PendingRow>, StoreError> {
-        let conn = self.lock();
-        pending::get(&conn, id).map_err(|e| self.classify(e))
+        self.read(&mut |tx| tx.pending_get(id))
     }
 
     /// What a human or the agent may learn about `id`: `Invalid` when the store knows neither a
-    /// pending request nor an approval file for it. Otherwise, over its approval files (verified
-    /// against the pending request's digest): a valid deny wins, then a valid unused approval, then
-    /// an approval whose nonce the gate used, else `Pending`.
+    /// pending request nor an approval for it. Otherwise, over its approvals (verified against
+    /// the pending request's digest): a valid deny wins, then a valid unused approval, then an
+    /// approval whose nonce the gate used, else `Pending`.
     pub fn approval_status(
         &self,
         id: &RequestId,
@@ -314,40 +431,40 @@ impl Store {
         now: OffsetDateTime,
         max_ttl: Duration,
     ) -> Result<ApprovalStatus, StoreError> {
-        let conn = self.lock();
-        approvals::status(&conn, &self.approvals_dir(), id, trusted, now, max_ttl)
-            .map_err(|e| self.classify(e))
+        self.read(&mut |tx| approvals::status(tx, id, trusted, now, max_ttl))
     }
 
-    /// Writes `doc` to `approvals/<request_id>-<nonce prefix>.json` atomically (temp file, fsync,
-    /// rename, fsync dir), mode 0600, never overwriting.
-    pub fn write_approval(&self, doc: &ApprovalDocument) -> Result<PathBuf, StoreError> {
-        approvals::write(&self.approvals_dir(), doc)
+    /// Files a signed approval, never overwriting one with the same request id and nonce. SQLite:
+    /// `approvals/<request_id>-<nonce prefix>.json`, written atomically (temp file, fsync, link,
+    /// fsync dir), mode 0600. PostgreSQL: a row in `approvals`, seen at once by every host.
+    pub fn write_approval(&self, doc: &ApprovalDocument) -> Result<FiledApproval, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(db) => db.write_approval(doc).map(FiledApproval::File),
+            Backend::Postgres(db) => {
+                db.write_approval(doc)?;
+                Ok(FiledApproval::Database(db.target().to_owned()))
+            }
+        }
     }
 
     /// Every reservation whose outcome is not known yet, oldest first.
     pub fn in_flight(&self) -> Result<Vec<InFlight>, StoreError> {
-        let conn = self.lock();
-        ledger::in_flight(&conn).map_err(|e| self.classify(e))
+        self.read(&mut |tx| tx.in_flight())
     }
 
-    /// The query plan of the window sum the gate runs (`EXPLAIN QUERY PLAN`), one line per step: a
-    /// diagnostic showing the decision reads only the hourly buckets, never the ledger.
-    pub fn explain_window_query(&self) -> Result<Vec<String>, StoreError> {
-        let conn = self.lock();
-        ledger::explain_window_query(&conn).map_err(|e| self.classify(e))
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Connection> {
-        // A panic inside a call (say, in `decide`) dropped its `Transaction`, which rolled back: the
-        // connection is clean, so a poisoned lock is safe to take over.
-        self.conn
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn classify(&self, err: StoreError) -> StoreError {
-        schema::classify(err, &self.home)
+    /// The query plan of the window sum the gate runs for a USD window ending `now`, one line per
+    /// step: a diagnostic showing the decision reads only the hourly buckets, never the ledger.
+    /// (PostgreSQL plans for the actual parameters, so they are the gate's.)
+    pub fn explain_window_query(
+        &self,
+        window: Duration,
+        now: OffsetDateTime,
+    ) -> Result<Vec<String>, StoreError> {
+        let from_hour = ledger::window_start_hour(window, now);
+        match &self.backend {
+            Backend::Sqlite(db) => db.explain_window_query(from_hour),
+            Backend::Postgres(db) => db.explain_window_query(from_hour),
+        }
     }
 }
 

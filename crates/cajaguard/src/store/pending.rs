@@ -1,86 +1,25 @@
-//! Requests the gate blocked for a human's approval (what `approve` and `show` read).
+//! Requests the gate blocked for a human's approval (what `approve` and `show` read): how a stored
+//! row turns back into a [`PendingRequest`], whichever backend stored it.
 
 use cajaguard_core::approval::{BasketDigest, RequestId};
 use cajaguard_core::gate::PendingRequest;
-use rusqlite::{Connection, OptionalExtension, params};
-use time::OffsetDateTime;
 
-use super::{PendingRow, StoreError, from_micros, micros};
+use super::{PendingRow, StoreError, from_micros};
 
-const COLUMNS: &str =
+/// The columns every backend selects, in this order.
+pub(super) const COLUMNS: &str =
     "request_id, digest, merchant, checkout_id, currency, total, handler_ids, created_at";
 
-/// Records (or refreshes) a blocked request. Blocking again keeps the first `created_at` and makes a
-/// request whose approval was used pending again.
-pub(super) fn upsert(
-    conn: &Connection,
-    p: &PendingRequest,
-    now: OffsetDateTime,
-) -> Result<(), StoreError> {
-    let handler_ids = serde_json::to_string(&p.handler_ids)
-        .map_err(|e| StoreError::Inconsistent(format!("cannot encode handler ids: {e}")))?;
-    conn.prepare_cached(
-        "INSERT INTO pending (request_id, digest, merchant, checkout_id, currency, total, handler_ids, state, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?8)
-         ON CONFLICT (request_id) DO UPDATE SET
-             digest = excluded.digest, merchant = excluded.merchant, checkout_id = excluded.checkout_id,
-             currency = excluded.currency, total = excluded.total, handler_ids = excluded.handler_ids,
-             state = 'pending', updated_at = excluded.updated_at",
-    )?
-    .execute(params![
-        p.request_id.as_str(),
-        p.digest.to_hex(),
-        p.merchant,
-        p.checkout_id,
-        p.currency,
-        p.total,
-        handler_ids,
-        micros(now)
-    ])?;
-    Ok(())
+/// A row as read: request id, digest (hex), merchant, checkout id, currency, total, handler ids
+/// (JSON array), created at (µs).
+pub(super) type Raw = (String, String, String, String, String, i64, String, i64);
+
+pub(super) fn handler_ids_json(p: &PendingRequest) -> Result<String, StoreError> {
+    serde_json::to_string(&p.handler_ids)
+        .map_err(|e| StoreError::Inconsistent(format!("cannot encode handler ids: {e}")))
 }
 
-/// The request's approval was used to forward a payment: it no longer waits for anyone.
-pub(super) fn mark_used(conn: &Connection, request_id: &RequestId) -> Result<(), StoreError> {
-    conn.prepare_cached("UPDATE pending SET state = 'used' WHERE request_id = ?1")?
-        .execute([request_id.as_str()])?;
-    Ok(())
-}
-
-pub(super) fn list(conn: &Connection) -> Result<Vec<PendingRow>, StoreError> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM pending WHERE state = 'pending' ORDER BY created_at, request_id"
-    ))?;
-    let raw = stmt.query_map([], read)?.collect::<Result<Vec<_>, _>>()?;
-    raw.into_iter().map(decode).collect()
-}
-
-pub(super) fn get(conn: &Connection, id: &RequestId) -> Result<Option<PendingRow>, StoreError> {
-    let raw = conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM pending WHERE request_id = ?1"
-        ))?
-        .query_row([id.as_str()], read)
-        .optional()?;
-    raw.map(decode).transpose()
-}
-
-type Raw = (String, String, String, String, String, i64, String, i64);
-
-fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
-    Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-        r.get(6)?,
-        r.get(7)?,
-    ))
-}
-
-fn decode(raw: Raw) -> Result<PendingRow, StoreError> {
+pub(super) fn decode(raw: Raw) -> Result<PendingRow, StoreError> {
     let (request_id, digest, merchant, checkout_id, currency, total, handler_ids, created_at) = raw;
     let bad =
         |what: &str| StoreError::Inconsistent(format!("pending request {request_id:?} has {what}"));

@@ -179,6 +179,18 @@ pub struct World {
     pub home: PathBuf,
     pub shop_state: PathBuf,
     pub key_dir: PathBuf,
+    /// The config as written, for [`World::host`].
+    document: Value,
+}
+
+/// Another host's CajaGuard in the same world: its own config and home, the same shop, keys and
+/// (through `store`) a shared database.
+pub struct Host {
+    pub config: PathBuf,
+    pub home: PathBuf,
+    dir: PathBuf,
+    key_dir: PathBuf,
+    env: Vec<(String, String)>,
 }
 
 pub struct Options {
@@ -322,6 +334,27 @@ impl World {
             key_dir,
             config,
             dir,
+            document,
+        }
+    }
+
+    /// Host `name`: a config `NAME.json` with its own home `NAME-home`, `store` set as given, and
+    /// `env` for its processes (say, the variable `store.url_env` names).
+    pub fn host(&self, name: &str, store: Value, env: &[(&str, &str)]) -> Host {
+        let mut document = self.document.clone();
+        document["home"] = json!(format!("{name}-home"));
+        document["store"] = store;
+        let config = self.dir.path().join(format!("{name}.json"));
+        std::fs::write(&config, serde_json::to_string_pretty(&document).unwrap()).unwrap();
+        Host {
+            config,
+            home: self.dir.path().join(format!("{name}-home")),
+            dir: self.dir.path().to_path_buf(),
+            key_dir: self.key_dir.clone(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
         }
     }
 
@@ -349,40 +382,12 @@ impl World {
 
     /// `cajaguard mcp --config FILE` as a child process, initialized.
     pub fn proxy(&self) -> Mcp {
-        let mut mcp = self.proxy_uninitialized();
-        let init = mcp.request(
-            "initialize",
-            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}),
-        );
-        assert!(init.get("result").is_some(), "initialize failed: {init}");
-        mcp.notify("notifications/initialized", json!({}));
-        mcp
+        initialized(self.proxy_uninitialized())
     }
 
     /// `cajaguard mcp --config FILE` before any message.
     pub fn proxy_uninitialized(&self) -> Mcp {
-        let mut child = self
-            .mcp_command()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut mcp = Mcp {
-            child,
-            stdin,
-            stdout,
-            next_id: 0,
-        };
-        let init = mcp.request(
-            "initialize",
-            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}),
-        );
-        assert!(init.get("result").is_some(), "initialize failed: {init}");
-        mcp.notify("notifications/initialized", json!({}));
-        mcp
+        spawn_uninitialized(self.mcp_command())
     }
 
     /// Runs `cajaguard ARGS --config FILE` with the world's key dir.
@@ -425,6 +430,63 @@ impl World {
 
     pub fn approvals_dir(&self) -> PathBuf {
         self.home.join("approvals")
+    }
+}
+
+/// `cajaguard mcp --config CONFIG` as a child process, past `initialize`.
+/// Starts `command` (a `cajaguard mcp`) with piped stdio, before any message.
+fn spawn_uninitialized(mut command: Command) -> Mcp {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    Mcp {
+        child,
+        stdin,
+        stdout,
+        next_id: 0,
+    }
+}
+
+/// The legacy handshake, as most agents open.
+fn initialized(mut mcp: Mcp) -> Mcp {
+    let init = mcp.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}),
+    );
+    assert!(init.get("result").is_some(), "initialize failed: {init}");
+    mcp.notify("notifications/initialized", json!({}));
+    mcp
+}
+
+impl Host {
+    /// `cajaguard mcp` for this host, initialized.
+    pub fn proxy(&self) -> Mcp {
+        let mut command = Command::new(cajaguard_bin());
+        command
+            .args(["mcp", "--config"])
+            .arg(&self.config)
+            .env("HOME", &self.dir)
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        initialized(spawn_uninitialized(command))
+    }
+
+    /// `cajaguard ARGS --config FILE` on this host, with the world's key dir.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(cajaguard_bin())
+            .args(args)
+            .arg("--config")
+            .arg(&self.config)
+            .env("CAJAGUARD_KEY_DIR", &self.key_dir)
+            .env("HOME", &self.dir)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
     }
 }
 

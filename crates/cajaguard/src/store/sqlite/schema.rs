@@ -1,4 +1,6 @@
-//! Opening a home safely and the database's schema.
+//! Opening a home safely and the SQLite database's schema (versioned by `PRAGMA user_version`, the
+//! SQLite-native equivalent of PostgreSQL's `schema_migrations`; applied under `BEGIN IMMEDIATE`, so
+//! two processes opening a fresh home at once cannot both create the tables).
 
 use std::fs::{self, DirBuilder, OpenOptions};
 use std::io::ErrorKind;
@@ -8,8 +10,8 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
-use super::StoreError;
-use super::approvals::APPROVALS_DIR;
+use super::approval_files::APPROVALS_DIR;
+use crate::store::StoreError;
 
 /// The database file inside the home.
 pub const DB_FILE: &str = "cajaguard.db";
@@ -89,7 +91,7 @@ CREATE TABLE audit (
 );
 ";
 
-pub(super) fn open(home: &Path) -> Result<Connection, StoreError> {
+pub(crate) fn open(home: &Path) -> Result<Connection, StoreError> {
     prepare_home(home)?;
     let db = home.join(DB_FILE);
     for path in [
@@ -154,7 +156,7 @@ fn migrate(conn: &mut Connection, db: &Path) -> Result<(), StoreError> {
         SCHEMA_VERSION => {}
         found => {
             return Err(StoreError::Incompatible {
-                path: db.to_path_buf(),
+                store: db.display().to_string(),
                 found,
                 known: SCHEMA_VERSION,
             });
@@ -285,7 +287,7 @@ fn make_private(path: &Path) -> Result<(), StoreError> {
 }
 
 /// Turns SQLite's "busy"/"locked" into [`StoreError::Busy`], which tells the caller what to do.
-pub(super) fn classify(err: StoreError, home: &Path) -> StoreError {
+pub(crate) fn classify(err: StoreError, home: &Path) -> StoreError {
     match err {
         StoreError::Database(e)
             if matches!(
@@ -294,7 +296,7 @@ pub(super) fn classify(err: StoreError, home: &Path) -> StoreError {
             ) =>
         {
             StoreError::Busy {
-                path: home.join(DB_FILE),
+                store: home.join(DB_FILE).display().to_string(),
             }
         }
         other => other,

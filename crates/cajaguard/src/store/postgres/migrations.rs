@@ -1,0 +1,66 @@
+//! Versioned migrations, applied when a store opens. Each runs in its own transaction together with
+//! its row in `schema_migrations`, under a transaction-scoped advisory lock, so any number of
+//! CajaGuard processes starting at once apply each migration exactly once and never see half of one.
+
+use postgres::Client;
+
+use crate::store::StoreError;
+
+/// (version, name, SQL), in order. Never edit an applied migration: add the next one.
+const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "init", include_str!("migrations/0001_init.sql"))];
+
+/// The latest version this build knows.
+pub(super) fn known() -> i64 {
+    MIGRATIONS.last().map_or(0, |(v, _, _)| *v)
+}
+
+// The advisory lock is keyed by the schema's name, so stores in different schemas of one database
+// (as the tests use) do not wait for each other.
+const LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtext('cajaguard-migrate:' || current_schema()))";
+
+pub(super) fn migrate(client: &mut Client, target: &str) -> Result<(), StoreError> {
+    let pg = |source| StoreError::Postgres {
+        target: target.to_owned(),
+        source,
+    };
+    for (version, name, sql) in MIGRATIONS {
+        let mut tx = client.transaction().map_err(pg)?;
+        tx.batch_execute(LOCK).map_err(pg)?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (
+                 version    BIGINT PRIMARY KEY,
+                 name       TEXT NOT NULL,
+                 applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+             )",
+        )
+        .map_err(pg)?;
+        let latest: i64 = tx
+            .query_one(
+                "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+                &[],
+            )
+            .map_err(pg)?
+            .get(0);
+        if latest > known() {
+            return Err(StoreError::Incompatible {
+                store: target.to_owned(),
+                found: latest,
+                known: known(),
+            });
+        }
+        if latest >= *version {
+            tx.commit().map_err(pg)?;
+            continue;
+        }
+        tx.batch_execute(sql).map_err(pg)?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+            &[version, name],
+        )
+        .map_err(pg)?;
+        tx.commit().map_err(pg)?;
+        tracing::info!(store = target, version, name, "applied a store migration");
+    }
+    Ok(())
+}

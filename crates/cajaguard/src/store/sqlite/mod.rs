@@ -1,0 +1,383 @@
+//! The embedded backend: a SQLite database (WAL) in `home`, approvals as signed JSON files in
+//! `<home>/approvals/`. Write transactions are `BEGIN IMMEDIATE`: they take the database's write
+//! lock first, so processes sharing the home decide one at a time (waiting up to
+//! [`schema::BUSY_TIMEOUT`]).
+
+pub(super) mod approval_files;
+pub(super) mod schema;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use cajaguard_core::approval::{ApprovalDocument, RequestId};
+use cajaguard_core::gate::PendingRequest;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use super::tx::{LedgerRow, Reservation, State, Tx};
+use super::{
+    AuditRecord, InFlight, PendingRow, StoreError, WindowSpend, audit, from_micros, pending,
+};
+
+/// The gate's window sum. It must stay a range seek on the `spend_buckets` primary key (see
+/// `explain_window_query` and the scale test).
+const WINDOW_SUM: &str = "SELECT COALESCE(SUM(settled + in_flight), 0) FROM spend_buckets WHERE currency = ?1 AND hour >= ?2";
+
+pub(super) struct Sqlite {
+    home: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+impl Sqlite {
+    pub(super) fn open(home: &Path) -> Result<Sqlite, StoreError> {
+        Ok(Sqlite {
+            home: home.to_path_buf(),
+            conn: Mutex::new(schema::open(home)?),
+        })
+    }
+
+    pub(super) fn approvals_dir(&self) -> PathBuf {
+        self.home.join(approval_files::APPROVALS_DIR)
+    }
+
+    /// `f` inside one `BEGIN IMMEDIATE` transaction, committed if it returns `Ok`.
+    pub(super) fn write<T>(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let dir = self.approvals_dir();
+        let mut conn = self.lock();
+        let result = (|| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let value = f(&mut SqliteTx {
+                conn: &tx,
+                approvals_dir: &dir,
+            })?;
+            tx.commit()?;
+            Ok(value)
+        })();
+        result.map_err(|e| schema::classify(e, &self.home))
+    }
+
+    /// `f` on the connection, outside an explicit transaction (reads and single inserts).
+    pub(super) fn read<T>(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let dir = self.approvals_dir();
+        let conn = self.lock();
+        f(&mut SqliteTx {
+            conn: &conn,
+            approvals_dir: &dir,
+        })
+        .map_err(|e| schema::classify(e, &self.home))
+    }
+
+    pub(super) fn write_approval(&self, doc: &ApprovalDocument) -> Result<PathBuf, StoreError> {
+        approval_files::write(&self.approvals_dir(), doc)
+    }
+
+    pub(super) fn explain_window_query(&self, from_hour: i64) -> Result<Vec<String>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {WINDOW_SUM}"))?;
+        let rows = stmt.query_map(params!["USD", from_hour], |r| r.get::<_, String>(3))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic inside a call (say, in `decide`) dropped its `Transaction`, which rolled back: the
+        // connection is clean, so a poisoned lock is safe to take over.
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+struct SqliteTx<'a> {
+    conn: &'a Connection,
+    approvals_dir: &'a Path,
+}
+
+impl Tx for SqliteTx<'_> {
+    fn lock_currency(&mut self, _currency: &str) -> Result<(), StoreError> {
+        // BEGIN IMMEDIATE already holds the whole database's write lock.
+        Ok(())
+    }
+
+    fn bucket_sum(&mut self, currency: &str, from_hour: i64) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached(WINDOW_SUM)?
+            .query_row(params![currency, from_hour], |r| r.get(0))?)
+    }
+
+    fn ledger_row(&mut self, checkout_id: &str) -> Result<Option<LedgerRow>, StoreError> {
+        let raw = self
+            .conn
+            .prepare_cached(
+                "SELECT idempotency_key, currency, reserved, charged, state, hour FROM ledger WHERE checkout_id = ?1",
+            )?
+            .query_row([checkout_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Option<i64>>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, i64>(5)?,
+                ))
+            })
+            .optional()?;
+        raw.map(
+            |(idempotency_key, currency, reserved, charged, state, hour)| {
+                Ok(LedgerRow {
+                    idempotency_key,
+                    currency,
+                    reserved,
+                    charged,
+                    state: State::parse(&state)?,
+                    hour,
+                })
+            },
+        )
+        .transpose()
+    }
+
+    fn bump(
+        &mut self,
+        currency: &str,
+        hour: i64,
+        settled: i64,
+        in_flight: i64,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO spend_buckets (currency, hour, settled, in_flight) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (currency, hour) DO UPDATE SET settled = settled + excluded.settled,
+                                                            in_flight = in_flight + excluded.in_flight",
+            )?
+            .execute(params![currency, hour, settled, in_flight])?;
+        Ok(())
+    }
+
+    fn put_reservation(
+        &mut self,
+        r: &Reservation<'_>,
+        hour: i64,
+        at_us: i64,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO ledger
+                     (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, NULL, 'in_flight', ?6, ?7, NULL)",
+            )?
+            .execute(params![r.checkout_id, r.idempotency_key, r.merchant, r.currency, r.total, hour, at_us])?;
+        Ok(())
+    }
+
+    fn mark_settled(
+        &mut self,
+        checkout_id: &str,
+        charged: i64,
+        at_us: i64,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "UPDATE ledger SET state = 'settled', charged = ?2, settled_at = ?3 WHERE checkout_id = ?1",
+            )?
+            .execute(params![checkout_id, charged, at_us])?;
+        Ok(())
+    }
+
+    fn mark_released(&mut self, checkout_id: &str, at_us: i64) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "UPDATE ledger SET state = 'released', settled_at = ?2 WHERE checkout_id = ?1",
+            )?
+            .execute(params![checkout_id, at_us])?;
+        Ok(())
+    }
+
+    fn touch_reservation(&mut self, checkout_id: &str, at_us: i64) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("UPDATE ledger SET reserved_at = ?2 WHERE checkout_id = ?1")?
+            .execute(params![checkout_id, at_us])?;
+        Ok(())
+    }
+
+    fn window_spend(
+        &mut self,
+        from_hour: i64,
+    ) -> Result<BTreeMap<String, WindowSpend>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT currency, SUM(settled), SUM(in_flight) FROM spend_buckets WHERE hour >= ?1 GROUP BY currency",
+        )?;
+        let rows = stmt.query_map([from_hour], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                WindowSpend {
+                    settled: r.get(1)?,
+                    in_flight: r.get(2)?,
+                },
+            ))
+        })?;
+        let mut out = BTreeMap::new();
+        for row in rows {
+            let (currency, spend) = row?;
+            out.insert(currency, spend);
+        }
+        Ok(out)
+    }
+
+    fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at FROM ledger
+             WHERE state = 'in_flight' ORDER BY reserved_at",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (checkout_id, idempotency_key, currency, total, reserved_at) = row?;
+            out.push(InFlight {
+                checkout_id,
+                idempotency_key,
+                currency,
+                total,
+                reserved_at: from_micros(reserved_at, "a ledger row's reserved_at")?,
+            });
+        }
+        Ok(out)
+    }
+
+    fn approval_documents(&mut self, id: &RequestId) -> Result<Vec<ApprovalDocument>, StoreError> {
+        Ok(approval_files::load(self.approvals_dir, id)?
+            .into_iter()
+            .map(|(_, doc)| doc)
+            .collect())
+    }
+
+    fn is_used(&mut self, nonce: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT 1 FROM used_approvals WHERE nonce = ?1")?
+            .query_row([nonce], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+
+    fn insert_used(
+        &mut self,
+        nonce: &str,
+        request_id: &RequestId,
+        checkout_id: &str,
+        at_us: i64,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO used_approvals (nonce, request_id, checkout_id, used_at) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![nonce, request_id.as_str(), checkout_id, at_us])?;
+        Ok(())
+    }
+
+    fn upsert_pending(&mut self, p: &PendingRequest, at_us: i64) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO pending (request_id, digest, merchant, checkout_id, currency, total, handler_ids, state, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?8)
+                 ON CONFLICT (request_id) DO UPDATE SET
+                     digest = excluded.digest, merchant = excluded.merchant, checkout_id = excluded.checkout_id,
+                     currency = excluded.currency, total = excluded.total, handler_ids = excluded.handler_ids,
+                     state = 'pending', updated_at = excluded.updated_at",
+            )?
+            .execute(params![
+                p.request_id.as_str(),
+                p.digest.to_hex(),
+                p.merchant,
+                p.checkout_id,
+                p.currency,
+                p.total,
+                pending::handler_ids_json(p)?,
+                at_us
+            ])?;
+        Ok(())
+    }
+
+    fn mark_pending_used(&mut self, id: &RequestId) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("UPDATE pending SET state = 'used' WHERE request_id = ?1")?
+            .execute([id.as_str()])?;
+        Ok(())
+    }
+
+    fn pending_list(&mut self) -> Result<Vec<PendingRow>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {} FROM pending WHERE state = 'pending' ORDER BY created_at, request_id",
+            pending::COLUMNS
+        ))?;
+        let raw = stmt
+            .query_map([], read_pending)?
+            .collect::<Result<Vec<_>, _>>()?;
+        raw.into_iter().map(pending::decode).collect()
+    }
+
+    fn pending_get(&mut self, id: &RequestId) -> Result<Option<PendingRow>, StoreError> {
+        let raw = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {} FROM pending WHERE request_id = ?1",
+                pending::COLUMNS
+            ))?
+            .query_row([id.as_str()], read_pending)
+            .optional()?;
+        raw.map(pending::decode).transpose()
+    }
+
+    fn insert_audit(&mut self, r: &AuditRecord) -> Result<(), StoreError> {
+        let (at, latency_us) = audit::columns(r)?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO audit (at, at_us, tool, verdict, reason, merchant, currency, total, request_id,
+                                    idempotency_key, checkout_id, latency_us, note)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            )?
+            .execute(params![
+                at,
+                super::micros(r.at),
+                r.tool,
+                r.verdict,
+                r.reason,
+                r.merchant,
+                r.currency,
+                r.total,
+                r.request_id,
+                r.idempotency_key,
+                r.checkout_id,
+                latency_us,
+                r.note,
+            ])?;
+        Ok(())
+    }
+}
+
+fn read_pending(r: &rusqlite::Row<'_>) -> rusqlite::Result<pending::Raw> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+    ))
+}

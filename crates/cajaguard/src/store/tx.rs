@@ -1,0 +1,114 @@
+//! What one store transaction can do, whatever the database holds it. The ledger's arithmetic
+//! (`ledger.rs`), the approvals' rules (`approvals.rs`) and the gate's sequence (`mod.rs`) are
+//! written once against [`Tx`]; `sqlite/` and `postgres/` only say it in their SQL. So both
+//! backends keep the same books by construction, and one test suite runs against both.
+
+use std::collections::BTreeMap;
+
+use cajaguard_core::approval::{ApprovalDocument, RequestId};
+use cajaguard_core::gate::PendingRequest;
+
+use super::{AuditRecord, InFlight, PendingRow, StoreError, WindowSpend};
+
+/// A ledger row's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum State {
+    InFlight,
+    Settled,
+    Released,
+}
+
+impl State {
+    pub(super) fn parse(text: &str) -> Result<State, StoreError> {
+        match text {
+            "in_flight" => Ok(State::InFlight),
+            "settled" => Ok(State::Settled),
+            "released" => Ok(State::Released),
+            other => Err(StoreError::Inconsistent(format!(
+                "a ledger row has the unknown state {other:?}"
+            ))),
+        }
+    }
+}
+
+/// One checkout's ledger row.
+pub(super) struct LedgerRow {
+    pub idempotency_key: String,
+    pub currency: String,
+    pub reserved: i64,
+    pub charged: Option<i64>,
+    pub state: State,
+    pub hour: i64,
+}
+
+/// A reservation the gate asked for.
+pub(super) struct Reservation<'a> {
+    pub checkout_id: &'a str,
+    pub idempotency_key: &'a str,
+    pub merchant: &'a str,
+    pub currency: &'a str,
+    pub total: i64,
+}
+
+/// The statements a transaction runs. Times are Unix microseconds, amounts minor units.
+pub(super) trait Tx {
+    /// Makes every other gate in `currency` wait until this transaction ends, whatever host it
+    /// runs on. SQLite: nothing to do, `BEGIN IMMEDIATE` already holds the database's write lock.
+    /// PostgreSQL: a row lock on `currency_locks`.
+    fn lock_currency(&mut self, currency: &str) -> Result<(), StoreError>;
+    /// `settled + in_flight` over the buckets of `currency` from `from_hour` on.
+    fn bucket_sum(&mut self, currency: &str, from_hour: i64) -> Result<i64, StoreError>;
+    /// The checkout's row; PostgreSQL also locks it until the transaction ends, so a settlement
+    /// and a gate of the same checkout never interleave.
+    fn ledger_row(&mut self, checkout_id: &str) -> Result<Option<LedgerRow>, StoreError>;
+    /// Adds the deltas to one bucket (creating it).
+    fn bump(
+        &mut self,
+        currency: &str,
+        hour: i64,
+        settled: i64,
+        in_flight: i64,
+    ) -> Result<(), StoreError>;
+    /// Writes the checkout's row as in flight, replacing an earlier attempt's.
+    fn put_reservation(
+        &mut self,
+        r: &Reservation<'_>,
+        hour: i64,
+        at_us: i64,
+    ) -> Result<(), StoreError>;
+    fn mark_settled(
+        &mut self,
+        checkout_id: &str,
+        charged: i64,
+        at_us: i64,
+    ) -> Result<(), StoreError>;
+    fn mark_released(&mut self, checkout_id: &str, at_us: i64) -> Result<(), StoreError>;
+    /// Moves the reservation's time to a retry's: reconciliation measures staleness from the last
+    /// forward, so a payment is never released while a retry of it may still be at the shop.
+    fn touch_reservation(&mut self, checkout_id: &str, at_us: i64) -> Result<(), StoreError>;
+    fn window_spend(&mut self, from_hour: i64)
+    -> Result<BTreeMap<String, WindowSpend>, StoreError>;
+    fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError>;
+
+    /// The approval documents filed for `id` (files in `<home>/approvals/`, or the `approvals`
+    /// table). Broken entries are skipped with a warning: they can never make the gate fail.
+    fn approval_documents(&mut self, id: &RequestId) -> Result<Vec<ApprovalDocument>, StoreError>;
+    fn is_used(&mut self, nonce: &str) -> Result<bool, StoreError>;
+    /// A plain insert: a nonce already used makes it fail, and the transaction with it.
+    fn insert_used(
+        &mut self,
+        nonce: &str,
+        request_id: &RequestId,
+        checkout_id: &str,
+        at_us: i64,
+    ) -> Result<(), StoreError>;
+
+    /// Records (or refreshes) a blocked request. Blocking again keeps the first `created_at` and
+    /// makes a request whose approval was used pending again.
+    fn upsert_pending(&mut self, p: &PendingRequest, at_us: i64) -> Result<(), StoreError>;
+    fn mark_pending_used(&mut self, id: &RequestId) -> Result<(), StoreError>;
+    fn pending_list(&mut self) -> Result<Vec<PendingRow>, StoreError>;
+    fn pending_get(&mut self, id: &RequestId) -> Result<Option<PendingRow>, StoreError>;
+
+    fn insert_audit(&mut self, r: &AuditRecord) -> Result<(), StoreError>;
+}
