@@ -1,7 +1,7 @@
 //! What one gate decision costs on disk (SPEC §8: "a decision costs the same with a million ledger
 //! entries as with a thousand"): `gate()` that allows and reserves, over 10^3 and 10^6 ledger rows,
 //! next to the floor it cannot go below — one append and fdatasync on the same disk (the store
-//! commits with `synchronous=FULL`, one WAL sync per decision).
+//! syncs the WAL once after a decision that lets a payment through).
 //!
 //! The same decision on the shared PostgreSQL store (`gate_allow_with_reservation_postgres`), when
 //! `CAJAGUARD_TEST_POSTGRES_URL` names a server (a fresh schema, dropped afterwards): one round trip

@@ -313,7 +313,7 @@ impl Store {
         audit: &AuditRecord,
     ) -> Result<Outcome, StoreError> {
         let started = Instant::now();
-        self.write(&mut |tx| {
+        let outcome = self.write(&mut |tx| {
             tx.lock_currency(&quote.currency)?;
             let view = ledger::view(tx, &quote.currency, &request.checkout_id, window, now)?;
             let candidates = approvals::candidates(tx, request_id)?;
@@ -374,7 +374,13 @@ impl Store {
             record.latency = record.latency.saturating_add(started.elapsed());
             tx.insert_audit(&record)?;
             Ok(outcome)
-        })
+        })?;
+        // A reservation or a used approval must survive a power cut before the payment goes out.
+        // PostgreSQL's commit is already durable; SQLite's is synced here, outside the write lock.
+        if let (Effect::Forward { .. }, Backend::Sqlite(db)) = (&outcome.effect, &self.backend) {
+            db.sync_wal()?;
+        }
+        Ok(outcome)
     }
 
     /// Ends the reservation of `checkout_id`/`idempotency_key` as `settlement` says (Unknown: no change).

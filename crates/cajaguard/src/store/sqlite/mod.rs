@@ -73,6 +73,17 @@ impl Sqlite {
         .map_err(|e| schema::classify(e, &self.home))
     }
 
+    /// Makes every commit so far durable by syncing the WAL, as `synchronous=FULL` would have at
+    /// each commit (see `schema::open`). A failure is an error: the caller must not forward.
+    pub(super) fn sync_wal(&self) -> Result<(), StoreError> {
+        let wal = self.home.join(format!("{}-wal", schema::DB_FILE));
+        std::fs::OpenOptions::new()
+            .read(true)
+            .open(&wal)
+            .and_then(|file| file.sync_data())
+            .map_err(|source| StoreError::Write { path: wal, source })
+    }
+
     pub(super) fn write_approval(&self, doc: &ApprovalDocument) -> Result<PathBuf, StoreError> {
         approval_files::write(&self.approvals_dir(), doc)
     }
