@@ -307,15 +307,38 @@ impl Proxy {
             return;
         }
         let proxy = self.clone();
+        let call_id = id.clone();
         let spawned = std::thread::Builder::new()
             .name("tool-call".into())
             .spawn(move || {
-                let answer = proxy.call_tool(&id, params.as_deref());
-                proxy.finish_call(&id, answer, era);
+                // A bug must not leave the agent waiting for an answer that never comes: a panic is
+                // answered as an internal error (a payment already reserved stays counted).
+                let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    proxy.call_tool(&call_id, params.as_deref())
+                }))
+                .unwrap_or_else(|_| {
+                    tracing::error!(
+                        "a tool call failed inside CajaGuard; answered as an internal error"
+                    );
+                    Answer::ErrorLine(jsonrpc::error(
+                        Some(&call_id),
+                        jsonrpc::INTERNAL_ERROR,
+                        "CajaGuard failed on this call; nothing was forwarded after the failure",
+                    ))
+                });
+                proxy.finish_call(&call_id, answer, era);
             });
         if spawned.is_err() {
-            self.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
             tracing::error!("cannot start a thread for a tool call");
+            self.finish_call(
+                &id,
+                Answer::ErrorLine(jsonrpc::error(
+                    Some(&id),
+                    jsonrpc::OVERLOADED,
+                    "CajaGuard cannot take this call now (no thread); retry later",
+                )),
+                era,
+            );
         }
     }
 

@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
@@ -443,11 +443,26 @@ fn spawn_uninitialized(mut command: Command) -> Mcp {
         .spawn()
         .unwrap();
     let stdin = child.stdin.take().unwrap();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    // Lines arrive on a thread so that a missing answer fails the test instead of hanging the run.
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        loop {
+            let mut line = String::new();
+            match stdout.read_line(&mut line) {
+                Ok(n) if n > 0 => {
+                    if tx.send(line).is_err() {
+                        return;
+                    }
+                }
+                _ => return,
+            }
+        }
+    });
     Mcp {
         child,
         stdin,
-        stdout,
+        lines,
         next_id: 0,
     }
 }
@@ -493,9 +508,12 @@ impl Host {
 pub struct Mcp {
     child: Child,
     stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    lines: std::sync::mpsc::Receiver<String>,
     next_id: u64,
 }
+
+/// Longer than any call in these tests takes on a loaded 2-core machine (timeouts are 1-10 s).
+const ANSWER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 
 impl Mcp {
     pub fn send_line(&mut self, line: &str) {
@@ -536,9 +554,15 @@ impl Mcp {
     }
 
     pub fn read_message(&mut self) -> Value {
-        let mut line = String::new();
-        let n = self.stdout.read_line(&mut line).unwrap();
-        assert!(n > 0, "the proxy closed its output");
+        let line = match self.lines.recv_timeout(ANSWER_DEADLINE) {
+            Ok(line) => line,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("the proxy sent nothing for {ANSWER_DEADLINE:?}: a request went unanswered")
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                panic!("the proxy closed its output")
+            }
+        };
         serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("not JSON from the proxy ({e}): {line}"))
     }
