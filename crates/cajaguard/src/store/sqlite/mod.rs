@@ -26,6 +26,9 @@ const WINDOW_SUM: &str = "SELECT COALESCE(SUM(settled + in_flight), 0) FROM spen
 pub(super) struct Sqlite {
     home: PathBuf,
     conn: Mutex<Connection>,
+    /// The WAL, opened once for [`Sqlite::sync_wal`]. SQLite removes it only when the last
+    /// connection closes, and ours stays open as long as this handle, so it is the live file.
+    wal: Mutex<Option<std::fs::File>>,
 }
 
 impl Sqlite {
@@ -33,6 +36,7 @@ impl Sqlite {
         Ok(Sqlite {
             home: home.to_path_buf(),
             conn: Mutex::new(schema::open(home)?),
+            wal: Mutex::new(None),
         })
     }
 
@@ -76,12 +80,17 @@ impl Sqlite {
     /// Makes every commit so far durable by syncing the WAL, as `synchronous=FULL` would have at
     /// each commit (see `schema::open`). A failure is an error: the caller must not forward.
     pub(super) fn sync_wal(&self) -> Result<(), StoreError> {
-        let wal = self.home.join(format!("{}-wal", schema::DB_FILE));
-        std::fs::OpenOptions::new()
-            .read(true)
-            .open(&wal)
-            .and_then(|file| file.sync_data())
-            .map_err(|source| StoreError::Write { path: wal, source })
+        let path = self.home.join(format!("{}-wal", schema::DB_FILE));
+        let mut wal = self.wal.lock().unwrap_or_else(|p| p.into_inner());
+        let synced = match wal.as_ref() {
+            Some(file) => file.sync_data(),
+            None => std::fs::File::open(&path).and_then(|file| {
+                let synced = file.sync_data();
+                *wal = Some(file);
+                synced
+            }),
+        };
+        synced.map_err(|source| StoreError::Write { path, source })
     }
 
     pub(super) fn write_approval(&self, doc: &ApprovalDocument) -> Result<PathBuf, StoreError> {
