@@ -107,6 +107,24 @@ fn state_files_are_private_and_links_out_of_home_are_refused() {
     std::fs::rename(&db, &elsewhere).unwrap();
     symlink(&elsewhere, &db).unwrap();
     let out = world.cli(&["status"]);
-    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unsafe home is a config error"
+    );
     assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_world_writable_home_is_a_config_error() {
+    let world = World::new();
+    assert_eq!(world.cli(&["status"]).status.code(), Some(0));
+    std::fs::set_permissions(&world.home, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = world.cli(&["status"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(world.home.to_str().unwrap()),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -207,7 +207,8 @@ pub fn env(name: &str) -> Option<OsString> {
 pub fn open_store(policy: &Policy) -> Result<crate::store::Store, Failure> {
     use cajaguard_core::policy::StoreConfig;
     crate::store::Store::for_policy(policy).map_err(|e| Failure {
-        code: 1,
+        // An unsafe home (world-writable, a link out of it) is the config's trust root to fix: 2.
+        code: if matches!(e, crate::store::StoreError::Unsafe { .. }) { 2 } else { 1 },
         message: e.to_string(),
         hint: Some(match policy.store {
             StoreConfig::Sqlite => format!(
