@@ -6,33 +6,10 @@
 
 mod support;
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 use support::*;
 
 const CHECKOUT: &str = "gid://test/Checkout/1";
-const DAY: Duration = Duration::from_secs(24 * 3600);
-
-fn fast_world(script: Value) -> World {
-    let options = Options {
-        timeout_seconds: 1,
-        ..Options::default()
-    };
-    World::with_options_and_test_shop(options, script)
-}
-
-fn spend(world: &World) -> (i64, i64) {
-    let store = cajaguard::store::Store::open(&world.home).unwrap();
-    let usd = store
-        .window_spend(DAY, time::OffsetDateTime::now_utc())
-        .unwrap()
-        .get("USD")
-        .copied()
-        .unwrap_or_default();
-    (usd.settled, usd.in_flight)
-}
-
 fn completes_sent(world: &World) -> usize {
     world
         .test_shop_lines()
@@ -134,7 +111,7 @@ fn a_shop_that_misreports_the_checkout_is_refused_before_payment() {
             "checkout_unreadable",
         ),
     ];
-    let world = fast_world(json!({}));
+    let world = World::fast_test_shop(json!({}));
     for (name, action, reason) in cases {
         world.set_test_shop_script(&json!({ "on": { "get_checkout": [action] } }));
         let mut mcp = world.proxy();
@@ -151,7 +128,7 @@ fn a_shop_that_misreports_the_checkout_is_refused_before_payment() {
             "{name}: the payment must not be forwarded"
         );
         still_serving(&mut mcp);
-        assert_eq!(spend(&world), (0, 0), "{name}");
+        assert_eq!(usd_spend(&world), (0, 0), "{name}");
     }
 }
 
@@ -197,7 +174,7 @@ fn what_the_shop_answers_to_the_payment_settles_it_fail_closed() {
         ("hang", json!({"hang": true}), (0, 2400)),
     ];
     for (name, action, expected) in cases {
-        let world = fast_world(json!({ "on": {
+        let world = World::fast_test_shop(json!({ "on": {
             "get_checkout": [{"checkout": ready_checkout(CHECKOUT)}],
             "complete_checkout": [action],
         }}));
@@ -208,7 +185,7 @@ fn what_the_shop_answers_to_the_payment_settles_it_fail_closed() {
             json!({"name": "complete_checkout", "arguments": Mcp::complete_arguments(CHECKOUT, &uuid())}),
         );
         assert_eq!(completes_sent(&world), 1, "{name}");
-        assert_eq!(spend(&world), expected, "{name}: {answer}");
+        assert_eq!(usd_spend(&world), expected, "{name}: {answer}");
         still_serving(&mut mcp);
         if name == "charged more than quoted" {
             let conn = rusqlite::Connection::open(world.home.join("cajaguard.db")).unwrap();

@@ -13,28 +13,6 @@ use serde_json::{Value, json};
 use support::*;
 
 const CHECKOUT: &str = "gid://test/Checkout/1";
-const DAY: Duration = Duration::from_secs(24 * 3600);
-
-/// Timeout 1 s, so a reservation is stale (releasable) after 2 s.
-fn fast_world(script: Value) -> World {
-    let options = Options {
-        timeout_seconds: 1,
-        ..Options::default()
-    };
-    World::with_options_and_test_shop(options, script)
-}
-
-fn spend(world: &World) -> (i64, i64) {
-    let store = cajaguard::store::Store::open(&world.home).unwrap();
-    let usd = store
-        .window_spend(DAY, time::OffsetDateTime::now_utc())
-        .unwrap()
-        .get("USD")
-        .copied()
-        .unwrap_or_default();
-    (usd.settled, usd.in_flight)
-}
-
 fn completed() -> Value {
     let mut c = ready_checkout(CHECKOUT);
     c["status"] = json!("completed");
@@ -61,7 +39,7 @@ fn completes_with_key(world: &World, key: &str) -> usize {
 
 #[test]
 fn complete_in_progress_keeps_the_reservation_and_the_retry_settles_it_once() {
-    let world = fast_world(json!({ "on": {
+    let world = World::fast_test_shop(json!({ "on": {
         "get_checkout": [{"checkout": ready_checkout(CHECKOUT)}],
         "complete_checkout": [{"checkout": in_progress()}, {"checkout": completed()}],
     }}));
@@ -69,14 +47,14 @@ fn complete_in_progress_keeps_the_reservation_and_the_retry_settles_it_once() {
     let key = uuid();
     let first = pay(&mut mcp, &key, TEST_TOKEN);
     assert_eq!(verdict(&first).1, "within_caps", "{first}");
-    assert_eq!(spend(&world), (0, 2400), "in progress: still reserved");
+    assert_eq!(usd_spend(&world), (0, 2400), "in progress: still reserved");
 
     let other = pay(&mut mcp, &uuid(), TEST_TOKEN);
     assert_eq!(verdict(&other).1, "payment_in_flight", "{other}");
 
     let retry = pay(&mut mcp, &key, TEST_TOKEN);
     assert_eq!(verdict(&retry).1, "idempotent_retry", "{retry}");
-    assert_eq!(spend(&world), (2400, 0), "counted once");
+    assert_eq!(usd_spend(&world), (2400, 0), "counted once");
     assert_eq!(completes_with_key(&world, &key), 2);
 }
 
@@ -85,7 +63,7 @@ fn complete_in_progress_keeps_the_reservation_and_the_retry_settles_it_once() {
 /// released the first attempt's reservation.)
 #[test]
 fn the_same_key_with_another_body_does_not_release_the_first_attempt() {
-    let world = fast_world(json!({ "on": {
+    let world = World::fast_test_shop(json!({ "on": {
         "get_checkout": [{"checkout": ready_checkout(CHECKOUT)}],
         "complete_checkout": [
             {"hang": true},
@@ -107,7 +85,7 @@ fn the_same_key_with_another_body_does_not_release_the_first_attempt() {
     assert_eq!(other_body["error"]["code"], -32000, "{other_body}");
     assert_eq!(completes_with_key(&world, &key), 2);
     assert_eq!(
-        spend(&world),
+        usd_spend(&world),
         (0, 2400),
         "the first attempt's outcome is still unknown"
     );
@@ -122,7 +100,7 @@ fn a_retry_after_a_timeout_finds_the_payment_completed() {
     let state = tempfile::tempdir().unwrap();
     let mut template = ready_checkout("x");
     template["status"] = json!("ready_for_complete");
-    let world = fast_world(json!({
+    let world = World::fast_test_shop(json!({
         "state": state.path(),
         "checkouts": { "gid://test/": template },
         "on": {
@@ -135,7 +113,7 @@ fn a_retry_after_a_timeout_finds_the_payment_completed() {
     let key = uuid();
     let first = pay(&mut mcp, &key, TEST_TOKEN);
     assert!(first.to_string().contains("outcome is unknown"), "{first}");
-    assert_eq!(spend(&world), (0, 2400));
+    assert_eq!(usd_spend(&world), (0, 2400));
     std::thread::sleep(Duration::from_millis(600));
 
     for retry_key in [key.clone(), uuid()] {
@@ -145,7 +123,7 @@ fn a_retry_after_a_timeout_finds_the_payment_completed() {
             ("denied".into(), "checkout_not_ready".into(), None),
             "{retry}"
         );
-        assert_eq!(spend(&world), (2400, 0), "counted once");
+        assert_eq!(usd_spend(&world), (2400, 0), "counted once");
     }
     assert_eq!(completes_with_key(&world, &key), 1, "paid once");
 }
@@ -154,7 +132,7 @@ fn a_retry_after_a_timeout_finds_the_payment_completed() {
 /// `ready_for_complete` releases it and a new attempt is decided afresh; before that, it blocks.
 #[test]
 fn an_unknown_outcome_blocks_a_new_key_until_the_shop_says_it_was_not_paid() {
-    let world = fast_world(json!({ "on": {
+    let world = World::fast_test_shop(json!({ "on": {
         "get_checkout": [{"checkout": ready_checkout(CHECKOUT)}],
         "complete_checkout": [{"hang": true}, {"checkout": completed()}],
     }}));
@@ -166,7 +144,7 @@ fn an_unknown_outcome_blocks_a_new_key_until_the_shop_says_it_was_not_paid() {
     std::thread::sleep(Duration::from_millis(2100));
     let later = pay(&mut mcp, &uuid(), TEST_TOKEN);
     assert_eq!(verdict(&later).1, "within_caps", "{later}");
-    assert_eq!(spend(&world), (2400, 0), "released, then counted once");
+    assert_eq!(usd_spend(&world), (2400, 0), "released, then counted once");
     let conn = rusqlite::Connection::open(world.home.join("cajaguard.db")).unwrap();
     let released: i64 = conn
         .query_row(
@@ -188,7 +166,7 @@ fn a_restart_reconciles_what_a_crash_left_in_flight() {
     unreadable_total["order"] = json!({ "id": "gid://test/Order/1", "permalink_url": "https://demo-outfitters.example/o/1" });
     let order = json!({ "id": "gid://test/Order/1", "checkout_id": CHECKOUT, "currency": "USD",
                         "totals": [{ "type": "total", "amount": 2600 }] });
-    let world = fast_world(json!({ "on": {
+    let world = World::fast_test_shop(json!({ "on": {
         "get_checkout": [{"checkout": ready_checkout(CHECKOUT)}],
         "complete_checkout": [{"hang": true}],
     }}));
@@ -204,7 +182,7 @@ fn a_restart_reconciles_what_a_crash_left_in_flight() {
     let mcp = world.proxy();
     std::thread::sleep(Duration::from_millis(300));
     drop(mcp);
-    assert_eq!(spend(&world), (0, 2400));
+    assert_eq!(usd_spend(&world), (0, 2400));
 
     world.set_test_shop_script(&json!({ "on": {
         "get_checkout": [{"checkout": unreadable_total}],
@@ -212,11 +190,11 @@ fn a_restart_reconciles_what_a_crash_left_in_flight() {
     }}));
     let _mcp = world.proxy();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while spend(&world) != (2600, 0) {
+    while usd_spend(&world) != (2600, 0) {
         assert!(
             std::time::Instant::now() < deadline,
             "not reconciled: {:?}",
-            spend(&world)
+            usd_spend(&world)
         );
         std::thread::sleep(Duration::from_millis(50));
     }

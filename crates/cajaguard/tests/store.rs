@@ -425,6 +425,28 @@ fn forward_reserves_and_the_window_sees_it(kind: Kind) {
         ("c1", 4500)
     );
     assert_eq!(in_flight[0].reserved_at, NOW);
+    // The hot path's lookup by key agrees with the list, and knows nothing of other checkouts.
+    let one = store.in_flight_of("c1").unwrap().expect("c1 is in flight");
+    assert_eq!(
+        (one.idempotency_key.as_str(), one.total, one.reserved_at),
+        ("k1", 4500, NOW)
+    );
+    assert!(store.in_flight_of("c3").unwrap().is_none());
+    store
+        .settle(
+            "c1",
+            "k1",
+            &Settlement::Completed {
+                charged: 4500,
+                mismatch: false,
+            },
+            NOW,
+        )
+        .unwrap();
+    assert!(
+        store.in_flight_of("c1").unwrap().is_none(),
+        "settled is no longer in flight"
+    );
 }
 
 fn settle_completed_counts_once_and_is_idempotent(kind: Kind) {

@@ -93,19 +93,14 @@ impl Proxy {
         result: &Value,
         agent: &Value,
     ) {
-        let rows = match self.store.in_flight() {
-            Ok(rows) => rows,
+        let row = match self.store.in_flight_of(&request.checkout_id) {
+            Ok(Some(row)) => row,
+            Ok(None) => return,
             Err(e) => {
                 // The gate reads the same store next and refuses if it is broken.
-                tracing::warn!("cannot read reservations in flight: {e}");
+                tracing::warn!("cannot read the reservation in flight: {e}");
                 return;
             }
-        };
-        let Some(row) = rows
-            .into_iter()
-            .find(|row| row.checkout_id == request.checkout_id)
-        else {
-            return;
         };
         let may_release =
             row.idempotency_key != request.idempotency_key && self.is_stale(&row, (self.clock)());

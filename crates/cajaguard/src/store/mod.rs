@@ -458,6 +458,11 @@ impl Store {
         self.read(&mut |tx| tx.in_flight())
     }
 
+    /// The checkout's reservation if it is in flight: what the gate's hot path asks, by key.
+    pub fn in_flight_of(&self, checkout_id: &str) -> Result<Option<InFlight>, StoreError> {
+        self.read(&mut |tx| tx.in_flight_of(checkout_id))
+    }
+
     /// The query plan of the window sum the gate runs for a USD window ending `now`, one line per
     /// step: a diagnostic showing the decision reads only the hourly buckets, never the ledger.
     /// (PostgreSQL plans for the actual parameters, so they are the gate's.)

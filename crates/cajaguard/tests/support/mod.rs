@@ -250,6 +250,18 @@ impl World {
         std::fs::write(self.dir.path().join("shop-script.json"), script.to_string()).unwrap();
     }
 
+    /// A test-shop world with a 1 s shop timeout, so an unanswered payment is stale (releasable)
+    /// after 2 s.
+    pub fn fast_test_shop(script: Value) -> World {
+        World::with_options_and_test_shop(
+            Options {
+                timeout_seconds: 1,
+                ..Options::default()
+            },
+            script,
+        )
+    }
+
     /// Every line the test shop received, in order.
     pub fn test_shop_lines(&self) -> Vec<String> {
         std::fs::read_to_string(self.dir.path().join("shop-record.jsonl"))
@@ -731,4 +743,19 @@ pub fn verdict(result: &Value) -> (String, String, Option<String>) {
 
 pub fn read_json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// `(settled, in flight)` in USD over the last day, as the store counts it.
+pub fn usd_spend(world: &World) -> (i64, i64) {
+    let store = cajaguard::store::Store::open(&world.home).unwrap();
+    let usd = store
+        .window_spend(
+            std::time::Duration::from_secs(24 * 3600),
+            time::OffsetDateTime::now_utc(),
+        )
+        .unwrap()
+        .get("USD")
+        .copied()
+        .unwrap_or_default();
+    (usd.settled, usd.in_flight)
 }

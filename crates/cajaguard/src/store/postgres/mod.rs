@@ -539,6 +539,25 @@ impl Tx for PgTx<'_, '_> {
         Ok(out)
     }
 
+    fn in_flight_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError> {
+        let rows = self.query(
+            "SELECT idempotency_key, currency, reserved, reserved_at FROM ledger
+             WHERE checkout_id = $1 AND state = 'in_flight'",
+            &[&checkout_id],
+        )?;
+        rows.first()
+            .map(|row| {
+                Ok(InFlight {
+                    checkout_id: checkout_id.to_owned(),
+                    idempotency_key: self.get(row, 0)?,
+                    currency: self.get(row, 1)?,
+                    total: self.get(row, 2)?,
+                    reserved_at: from_micros(self.get(row, 3)?, "a ledger row's reserved_at")?,
+                })
+            })
+            .transpose()
+    }
+
     fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError> {
         let rows = self.query(
             "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at FROM ledger

@@ -250,6 +250,34 @@ impl Tx for SqliteTx<'_> {
         Ok(out)
     }
 
+    fn in_flight_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError> {
+        let row = self
+            .conn
+            .prepare_cached(
+                "SELECT idempotency_key, currency, reserved, reserved_at FROM ledger
+                 WHERE checkout_id = ?1 AND state = 'in_flight'",
+            )?
+            .query_row(params![checkout_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                ))
+            })
+            .optional()?;
+        row.map(|(idempotency_key, currency, total, reserved_at)| {
+            Ok(InFlight {
+                checkout_id: checkout_id.to_owned(),
+                idempotency_key,
+                currency,
+                total,
+                reserved_at: from_micros(reserved_at, "a ledger row's reserved_at")?,
+            })
+        })
+        .transpose()
+    }
+
     fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at FROM ledger
