@@ -31,7 +31,7 @@ fn fixture() -> &'static Fixture {
             "continue_url": "https://demo-outfitters.example/checkout/1"
         });
         let quote = Quote::from_shop(&checkout).unwrap_or_else(|_| unreachable!());
-        let digest = BasketDigest::of(&quote, &["fixture_test_handler".to_owned()]);
+        let digest = BasketDigest::of(&quote, &[cajaguard_core::request::Instrument::of_handler("fixture_test_handler")]);
         let doc = approval::sign(
             &key,
             &ApprovalTerms {

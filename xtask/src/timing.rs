@@ -350,7 +350,7 @@ fn core_inputs() -> Result<CoreInputs> {
     let big = Quote::from_shop(&checkout(8, 1100)).map_err(|r| anyhow!("{}", r.detail))?; // USD 88.00
     let key = SigningKey::from_seed(&[7u8; 32]);
     let trusted = TrustedKeys(vec![key.public_key()]);
-    let digest = BasketDigest::of(&big, &request.handler_ids);
+    let digest = BasketDigest::of(&big, &request.instruments);
     let approval = approval::sign(
         &key,
         &ApprovalTerms {
@@ -385,11 +385,14 @@ fn core_rows(t: &mut Timing, sizes: Sizes) -> Result<()> {
     let ledger = LedgerView {
         window_spent: 2400,
         checkout: CheckoutLedger::Fresh,
+        frozen: None,
     };
     let decide = |quote: &Quote, approvals: &[ApprovalCandidate]| -> Outcome {
+        let digest = BasketDigest::of(quote, &c.request.instruments);
         let facts = Facts {
             request: &c.request,
             quote,
+            digest: &digest,
             ledger: &ledger,
             approvals,
             trusted_keys: &c.trusted,
@@ -635,12 +638,22 @@ fn gate_allow_samples(
             checkout_id,
             ..c.small.clone()
         };
-        let request_id = BasketDigest::of(&quote, &request.handler_ids).request_id();
+        let digest = BasketDigest::of(&quote, &request.instruments);
         let now = OffsetDateTime::now_utc();
+        // The claim is part of the allow path now (SPEC §4 step 3a): one unsynced write more.
+        let claim = store
+            .claim(
+                &request.checkout_id,
+                &request.idempotency_key,
+                now,
+                Duration::from_secs(60),
+            )?
+            .map_err(|conflict| anyhow!("the checkout could not be claimed: {conflict:?}"))?;
         let mut decide = |ledger: &LedgerView, approvals: &[ApprovalCandidate]| {
             let facts = Facts {
                 request: &request,
                 quote: &quote,
+                digest: &digest,
                 ledger,
                 approvals,
                 trusted_keys: &c.trusted,
@@ -648,15 +661,17 @@ fn gate_allow_samples(
             };
             gate::decide(policy, &facts)
         };
-        let outcome = store.gate(
+        let gated = store.gate(
+            &claim,
             &request,
             &quote,
-            &request_id,
+            &digest,
             policy.window,
             now,
             &mut decide,
             &audit_record(now),
         )?;
+        let outcome = gated.outcome;
         if outcome.ruling.verdict != Verdict::Allow {
             bail!("the gate did not allow: {}", outcome.ruling.reason.as_str());
         }

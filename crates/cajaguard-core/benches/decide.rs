@@ -92,6 +92,7 @@ fn bench(c: &mut Criterion) {
     let ledger = LedgerView {
         window_spent: 2400,
         checkout: CheckoutLedger::Fresh,
+        frozen: None,
     };
     let key = SigningKey::from_seed(&[7u8; 32]);
     let trusted = TrustedKeys(vec![key.public_key()]);
@@ -107,7 +108,7 @@ fn bench(c: &mut Criterion) {
     let q_small = Quote::from_shop(&small).unwrap();
     let q_big = Quote::from_shop(&big).unwrap();
 
-    let digest = BasketDigest::of(&q_big, &request.handler_ids);
+    let digest = BasketDigest::of(&q_big, &request.instruments);
     let doc = approval::sign(
         &key,
         &ApprovalTerms {
@@ -129,9 +130,11 @@ fn bench(c: &mut Criterion) {
         used: false,
     }];
 
-    let facts = |quote, approvals| Facts {
+    let d_small = BasketDigest::of(&q_small, &request.instruments);
+    let facts = |quote, digest, approvals| Facts {
         request: &request,
         quote,
+        digest,
         ledger: &ledger,
         approvals,
         trusted_keys: &trusted,
@@ -139,19 +142,19 @@ fn bench(c: &mut Criterion) {
     };
 
     c.bench_function("decide/allow_2kb", |b| {
-        let f = facts(&q_small, &[]);
+        let f = facts(&q_small, &d_small, &[]);
         b.iter(|| gate::decide(black_box(&policy), black_box(&f)))
     });
     c.bench_function("decide/blocked_pending_2kb", |b| {
-        let f = facts(&q_big, &[]);
+        let f = facts(&q_big, &digest, &[]);
         b.iter(|| gate::decide(black_box(&policy), black_box(&f)))
     });
     c.bench_function("decide/approved_with_verification_2kb", |b| {
-        let f = facts(&q_big, &candidates);
+        let f = facts(&q_big, &digest, &candidates);
         b.iter(|| gate::decide(black_box(&policy), black_box(&f)))
     });
     c.bench_function("approval/basket_digest", |b| {
-        b.iter(|| BasketDigest::of(black_box(&q_big), black_box(&request.handler_ids)))
+        b.iter(|| BasketDigest::of(black_box(&q_big), black_box(&request.instruments)))
     });
     c.bench_function("approval/verify", |b| {
         b.iter(|| {

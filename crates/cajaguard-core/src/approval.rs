@@ -20,6 +20,7 @@ use zeroize::Zeroize as _;
 
 use crate::Error;
 use crate::quote::Quote;
+use crate::request::Instrument;
 
 /// Domain separation for approval signatures (see the module docs).
 pub const SIGNING_CONTEXT: &[u8] = b"cajaguard-approval-v1\0";
@@ -116,56 +117,105 @@ struct SignedFields<'a> {
 #[derive(serde::Serialize)]
 struct BasketLine<'a> {
     id: &'a str,
+    item_id: &'a str,
     quantity: i64,
+    title: &'a str,
     unit_price: i64,
 }
 
 #[derive(serde::Serialize)]
+struct BasketTotal<'a> {
+    amount: i64,
+    #[serde(rename = "type")]
+    kind: &'a str,
+}
+
+#[derive(serde::Serialize)]
+struct BasketInstrument<'a> {
+    handler_id: &'a str,
+    id: Option<&'a str>,
+}
+
+#[derive(serde::Serialize)]
 struct Basket<'a> {
-    merchant: Option<&'a str>,
     checkout_id: &'a str,
     currency: &'a str,
-    total: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fulfillment: Option<serde_json::Value>,
+    instruments: Vec<BasketInstrument<'a>>,
     line_items: Vec<BasketLine<'a>>,
-    handler_ids: &'a [String],
+    merchant: Option<&'a str>,
+    totals: Vec<BasketTotal<'a>>,
 }
 
 /// The basket's RFC 8785 bytes via `serde_json_canonicalizer` (reference and out-of-range fallback).
-fn basket_reference(quote: &Quote, handler_ids: &[String]) -> Vec<u8> {
+fn basket_reference(quote: &Quote, instruments: &[Instrument]) -> Vec<u8> {
     canonical(&Basket {
-        merchant: quote.merchant.as_deref(),
         checkout_id: &quote.checkout_id,
         currency: &quote.currency,
-        total: quote.total,
+        fulfillment: quote
+            .fulfillment
+            .as_deref()
+            .map(|f| serde_json::from_str(f).unwrap_or(serde_json::Value::Null)),
+        instruments: instruments
+            .iter()
+            .map(|i| BasketInstrument {
+                handler_id: &i.handler_id,
+                id: i.id.as_deref(),
+            })
+            .collect(),
         line_items: quote
             .line_items
             .iter()
             .map(|l| BasketLine {
                 id: &l.id,
+                item_id: &l.item_id,
                 quantity: l.quantity,
+                title: &l.title,
                 unit_price: l.unit_price,
             })
             .collect(),
-        handler_ids,
+        merchant: quote.merchant.as_deref(),
+        totals: quote
+            .totals
+            .iter()
+            .map(|t| BasketTotal {
+                amount: t.amount,
+                kind: &t.kind,
+            })
+            .collect(),
     })
 }
 
 /// The basket's RFC 8785 bytes, written by hand (keys in JCS order); only for safe integers.
-fn basket_fast(quote: &Quote, handler_ids: &[String]) -> Vec<u8> {
+/// `quote.fulfillment` is already RFC 8785 text (the quote canonicalised it) and goes in as is.
+fn basket_fast(quote: &Quote, instruments: &[Instrument]) -> Vec<u8> {
     use jcs::{int, key, str};
-    let mut out = Vec::with_capacity(128 + 64 * quote.line_items.len());
+    let mut out = Vec::with_capacity(160 + 96 * quote.line_items.len());
     out.push(b'{');
     key(&mut out, true, "checkout_id");
     str(&mut out, &quote.checkout_id);
     key(&mut out, false, "currency");
     str(&mut out, &quote.currency);
-    key(&mut out, false, "handler_ids");
+    if let Some(fulfillment) = &quote.fulfillment {
+        key(&mut out, false, "fulfillment");
+        out.extend_from_slice(fulfillment.as_bytes());
+    }
+    key(&mut out, false, "instruments");
     out.push(b'[');
-    for (i, h) in handler_ids.iter().enumerate() {
+    for (i, inst) in instruments.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        str(&mut out, h);
+        out.push(b'{');
+        key(&mut out, true, "handler_id");
+        str(&mut out, &inst.handler_id);
+        key(&mut out, false, "id");
+        match &inst.id {
+            Some(id) => str(&mut out, id),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.push(b'}');
     }
     out.push(b']');
     key(&mut out, false, "line_items");
@@ -177,8 +227,12 @@ fn basket_fast(quote: &Quote, handler_ids: &[String]) -> Vec<u8> {
         out.push(b'{');
         key(&mut out, true, "id");
         str(&mut out, &l.id);
+        key(&mut out, false, "item_id");
+        str(&mut out, &l.item_id);
         key(&mut out, false, "quantity");
         int(&mut out, l.quantity);
+        key(&mut out, false, "title");
+        str(&mut out, &l.title);
         key(&mut out, false, "unit_price");
         int(&mut out, l.unit_price);
         out.push(b'}');
@@ -189,30 +243,53 @@ fn basket_fast(quote: &Quote, handler_ids: &[String]) -> Vec<u8> {
         Some(m) => str(&mut out, m),
         None => out.extend_from_slice(b"null"),
     }
-    key(&mut out, false, "total");
-    int(&mut out, quote.total);
+    key(&mut out, false, "totals");
+    out.push(b'[');
+    for (i, t) in quote.totals.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'{');
+        key(&mut out, true, "amount");
+        int(&mut out, t.amount);
+        key(&mut out, false, "type");
+        str(&mut out, &t.kind);
+        out.push(b'}');
+    }
+    out.push(b']');
     out.push(b'}');
     out
 }
 
-/// SHA-256 over the RFC 8785 encoding of merchant, checkout id, currency, total, line items (id,
-/// quantity, unit price) and the complete request's handler ids.
+/// SHA-256 over the RFC 8785 encoding of what SPEC §6 binds a request to: merchant, checkout id,
+/// currency, every `totals[]` entry, the line items (line id, item id, item title, quantity, unit
+/// price), the fulfillment destinations when there are any, and the complete request's payment
+/// instruments (id and handler id, never the credential). The title is in it so that an approval
+/// for one product never pays for another at the same price on the same line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct BasketDigest(pub [u8; 32]);
+pub struct BasketDigest([u8; 32]);
 
 impl BasketDigest {
-    pub fn of(quote: &Quote, handler_ids: &[String]) -> BasketDigest {
-        let all_safe = jcs::safe(quote.total)
+    pub fn of(quote: &Quote, instruments: &[Instrument]) -> BasketDigest {
+        let all_safe = quote.totals.iter().all(|t| jcs::safe(t.amount))
             && quote
                 .line_items
                 .iter()
                 .all(|l| jcs::safe(l.quantity) && jcs::safe(l.unit_price));
         let bytes = if all_safe {
-            basket_fast(quote, handler_ids)
+            basket_fast(quote, instruments)
         } else {
-            basket_reference(quote, handler_ids)
+            basket_reference(quote, instruments)
         };
         BasketDigest(Sha256::digest(bytes).into())
+    }
+    /// A digest from its 32 bytes (as stored).
+    pub const fn from_bytes(bytes: [u8; 32]) -> BasketDigest {
+        BasketDigest(bytes)
+    }
+    /// The 32 digest bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
     }
     pub fn to_hex(&self) -> String {
         hex::encode(self.0)
@@ -306,6 +383,10 @@ impl SigningKey {
     pub fn public_key(&self) -> PublicKey {
         PublicKey(self.0.verifying_key())
     }
+    /// An Ed25519 signature over `message`, which the caller has domain-separated.
+    pub(crate) fn sign_raw(&self, message: &[u8]) -> [u8; 64] {
+        ed25519_dalek::Signer::sign(&self.0, message).to_bytes()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -342,6 +423,14 @@ impl PublicKey {
     /// The raw 32 bytes, for comparisons and storage.
     pub fn to_bytes(&self) -> [u8; 32] {
         self.0.to_bytes()
+    }
+    /// Strict Ed25519 verification of a domain-separated `message`.
+    pub(crate) fn verify_raw(&self, message: &[u8], signature: &[u8]) -> bool {
+        let Ok(bytes) = <[u8; 64]>::try_from(signature) else {
+            return false;
+        };
+        let signature = ed25519_dalek::Signature::from_bytes(&bytes);
+        self.0.verify_strict(message, &signature).is_ok()
     }
 }
 
@@ -651,7 +740,7 @@ pub fn verify(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quote::QuoteLine;
+    use crate::quote::{QuoteLine, QuoteTotal};
     use proptest::prelude::*;
 
     fn any_text() -> impl Strategy<Value = String> {
@@ -668,8 +757,10 @@ mod tests {
             checkout_id in any_text(),
             currency in any_text(),
             total in -MAX_SAFE..=MAX_SAFE,
-            lines in proptest::collection::vec((any_text(), 1i64..=MAX_SAFE, 0i64..=MAX_SAFE), 0..4),
-            handlers in proptest::collection::vec(any_text(), 0..3),
+            lines in proptest::collection::vec((any_text(), any_text(), any_text(), 1i64..=MAX_SAFE, 0i64..=MAX_SAFE), 0..4),
+            totals in proptest::collection::vec((any_text(), -MAX_SAFE..=MAX_SAFE), 0..4),
+            instruments in proptest::collection::vec((proptest::option::of(any_text()), any_text()), 0..3),
+            fulfillment in proptest::option::of(any_text()),
             note in any_text(),
         ) {
             let quote = Quote {
@@ -677,12 +768,21 @@ mod tests {
                 status: "ready_for_complete".into(),
                 currency: currency.clone(),
                 total,
-                line_items: lines.into_iter().map(|(id, quantity, unit_price)| QuoteLine {
-                    id, item_id: String::new(), title: String::new(), quantity, unit_price,
+                line_items: lines.into_iter().map(|(id, item_id, title, quantity, unit_price)| QuoteLine {
+                    id, item_id, title, quantity, unit_price,
                 }).collect(),
                 merchant: merchant.clone(),
+                totals: totals.into_iter().map(|(kind, amount)| QuoteTotal { kind, amount }).collect(),
+                // The quote holds it canonicalised; any JSON value stands in for destinations.
+                fulfillment: fulfillment.map(|text| {
+                    serde_json_canonicalizer::to_string(&serde_json::json!([{"type": "shipping", "destinations": [{"address": text}]}])).unwrap()
+                }),
             };
-            prop_assert_eq!(basket_fast(&quote, &handlers), basket_reference(&quote, &handlers));
+            let instruments: Vec<Instrument> = instruments
+                .into_iter()
+                .map(|(id, handler_id)| Instrument { id, handler_id })
+                .collect();
+            prop_assert_eq!(basket_fast(&quote, &instruments), basket_reference(&quote, &instruments));
             let doc = ApprovalDocument {
                 version: 1, request_id: checkout_id.clone(), digest: currency.clone(), decision: note.clone(),
                 merchant: merchant.unwrap_or_default(), checkout_id, currency, total,
@@ -702,12 +802,15 @@ mod tests {
             status: "s".into(),
             currency: "USD".into(),
             total: i64::MAX,
-            line_items: vec![],
-            merchant: None,
+            totals: vec![QuoteTotal {
+                kind: "total".into(),
+                amount: i64::MAX,
+            }],
+            ..Quote::default()
         };
         let d = BasketDigest::of(&quote, &[]);
         assert_eq!(
-            d.0,
+            *d.as_bytes(),
             <[u8; 32]>::from(Sha256::digest(basket_reference(&quote, &[])))
         );
     }

@@ -7,10 +7,11 @@ use time::OffsetDateTime;
 use crate::approval::{
     self, ApprovalDocument, BasketDigest, Decision, Rejection, RequestId, TrustedKeys,
 };
+pub use crate::freeze::Frozen;
 use crate::money::{self, Currency};
 use crate::policy::{Mode, Policy};
 use crate::quote::Quote;
-use crate::request::CompleteRequest;
+use crate::request::{CompleteRequest, Instrument};
 use crate::tripwire;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,9 +50,11 @@ pub enum Reason {
     ApprovalBadSignature,
     ApprovalAlreadyUsed,
     ApprovalTtlTooLong,
-    /// Another attempt on this checkout is in flight with another idempotency key: its outcome
-    /// must be learnt first (blocked until reconciled).
+    /// The checkout is claimed by a payment whose outcome is not known yet (another attempt, or a
+    /// retry whose basket differs from the reserved one), or an update of it is in flight.
     PaymentInFlight,
+    /// Payments are frozen (SPEC §7) until a human unfreezes them.
+    Frozen,
     OverPerTransactionCap,
     OverWindowCap,
     MerchantNotAllowed,
@@ -81,6 +84,7 @@ impl Reason {
             Reason::ApprovalAlreadyUsed => "approval_already_used",
             Reason::ApprovalTtlTooLong => "approval_ttl_too_long",
             Reason::PaymentInFlight => "payment_in_flight",
+            Reason::Frozen => "frozen",
             Reason::OverPerTransactionCap => "over_per_transaction_cap",
             Reason::OverWindowCap => "over_window_cap",
             Reason::MerchantNotAllowed => "merchant_not_allowed",
@@ -108,7 +112,8 @@ impl Reason {
             | Reason::ApprovalBadSignature
             | Reason::ApprovalAlreadyUsed
             | Reason::ApprovalTtlTooLong
-            | Reason::PaymentInFlight => Verdict::Blocked,
+            | Reason::PaymentInFlight
+            | Reason::Frozen => Verdict::Blocked,
             Reason::OverPerTransactionCap
             | Reason::OverWindowCap
             | Reason::MerchantNotAllowed
@@ -137,6 +142,7 @@ impl Reason {
         Reason::ApprovalAlreadyUsed,
         Reason::ApprovalTtlTooLong,
         Reason::PaymentInFlight,
+        Reason::Frozen,
         Reason::OverPerTransactionCap,
         Reason::OverWindowCap,
         Reason::MerchantNotAllowed,
@@ -198,8 +204,14 @@ impl Ruling {
 pub enum CheckoutLedger {
     /// Never reserved, or every earlier attempt was released.
     Fresh,
-    /// Reserved; the outcome of the attempt with this idempotency key is not known yet.
-    InFlight { idempotency_key: String, total: i64 },
+    /// Reserved; the outcome of the attempt with this idempotency key is not known yet. `digest`
+    /// is the request digest the reservation was made for (`None` for a row written before
+    /// digests were stored: no retry can match it).
+    InFlight {
+        idempotency_key: String,
+        total: i64,
+        digest: Option<BasketDigest>,
+    },
     /// The shop reported it completed; its spend is counted.
     Settled { total: i64 },
 }
@@ -211,6 +223,8 @@ pub struct LedgerView {
     /// **excluding** this checkout's own entry.
     pub window_spent: i64,
     pub checkout: CheckoutLedger,
+    /// Payments are frozen (SPEC §7), read in the same transaction.
+    pub frozen: Option<Frozen>,
 }
 
 /// A signed approval found for this request id, and whether the store has seen it used.
@@ -229,18 +243,31 @@ pub struct PendingRequest {
     pub checkout_id: String,
     pub currency: String,
     pub total: i64,
-    pub handler_ids: Vec<String>,
+    /// The complete request's payment instruments (id and handler, never the credential).
+    pub instruments: Vec<Instrument>,
+}
+
+impl PendingRequest {
+    /// The handler of each instrument, in order (what `approve` shows).
+    pub fn handler_ids(&self) -> Vec<&str> {
+        self.instruments
+            .iter()
+            .map(|i| i.handler_id.as_str())
+            .collect()
+    }
 }
 
 /// What the store must do, atomically with the read that produced the [`LedgerView`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    /// Forward the call: reserve `total` against `currency` for this checkout and idempotency key,
-    /// and mark the approval with this nonce used (if any).
+    /// Forward the call: reserve `total` against `currency` for this checkout and idempotency key
+    /// (with the request digest, so a retry can be matched to it), and mark the approval with this
+    /// nonce used (if any).
     Forward {
         currency: String,
         total: i64,
         merchant: String,
+        digest: BasketDigest,
         use_approval_nonce: Option<String>,
     },
     /// Forward again without a new reservation or approval (idempotent retry, §4.13).
@@ -296,19 +323,44 @@ fn shown(text: &str) -> String {
 pub struct Facts<'a> {
     pub request: &'a CompleteRequest,
     pub quote: &'a Quote,
+    /// `BasketDigest::of(quote, &request.instruments)`, computed once by the caller.
+    pub digest: &'a BasketDigest,
     pub ledger: &'a LedgerView,
     pub approvals: &'a [ApprovalCandidate],
     pub trusted_keys: &'a TrustedKeys,
     pub now: OffsetDateTime,
 }
 
-/// Steps 6-12 (4-5 are [`Quote::from_shop`]). Pure: same inputs, same outcome.
+/// The step-0 refusal while payments are frozen.
+pub fn frozen_ruling(frozen: &Frozen) -> Ruling {
+    let mut ruling = Ruling::new(
+        Reason::Frozen,
+        format!(
+            "payments are frozen ({}); nothing is paid until a human unfreezes them",
+            shown(&frozen.reason)
+        ),
+    );
+    ruling.next = Some("a human runs `cajaguard unfreeze --config FILE`".to_owned());
+    ruling
+}
+
+/// Steps 6-12 (4-5 are [`Quote::from_shop`]), and step 0 again inside the store's transaction.
+/// Pure: same inputs, same outcome.
 pub fn decide(policy: &Policy, facts: &Facts<'_>) -> Outcome {
     let quote = facts.quote;
     let refuse = |reason: Reason, detail: String| Outcome {
         ruling: Ruling::new(reason, detail),
         effect: Effect::Refuse { pending: None },
     };
+
+    // 0. Frozen: read in the same transaction that would reserve, so a freeze that lands while
+    // this call was reading the checkout still holds.
+    if let Some(frozen) = &facts.ledger.frozen {
+        return Outcome {
+            ruling: frozen_ruling(frozen),
+            effect: Effect::Refuse { pending: None },
+        };
+    }
 
     if quote.checkout_id != facts.request.checkout_id {
         return refuse(
@@ -364,7 +416,8 @@ pub fn decide(policy: &Policy, facts: &Facts<'_>) -> Outcome {
         CheckoutLedger::InFlight {
             idempotency_key,
             total,
-        } if *idempotency_key == facts.request.idempotency_key && quote.total <= *total => {
+            digest: Some(reserved),
+        } if *idempotency_key == facts.request.idempotency_key && reserved == facts.digest => {
             return Outcome {
                 ruling: Ruling::new(
                     Reason::IdempotentRetry,
@@ -381,7 +434,8 @@ pub fn decide(policy: &Policy, facts: &Facts<'_>) -> Outcome {
             idempotency_key, ..
         } => {
             let why = if *idempotency_key == facts.request.idempotency_key {
-                "the checkout's total grew while a payment attempt on it is in flight"
+                "this retry is not the payment in flight: its basket, merchant, currency, handlers \
+                 or instruments differ from the reserved attempt's"
             } else {
                 "another payment attempt on this checkout (another idempotency key) is in flight"
             };
@@ -451,6 +505,7 @@ pub fn decide(policy: &Policy, facts: &Facts<'_>) -> Outcome {
                 currency: quote.currency.clone(),
                 total: quote.total,
                 merchant: merchant.clone(),
+                digest: *facts.digest,
                 use_approval_nonce: None,
             },
         };
@@ -487,7 +542,7 @@ fn approval_step(
     over_threshold: bool,
 ) -> Outcome {
     let quote = facts.quote;
-    let digest = BasketDigest::of(quote, &facts.request.handler_ids);
+    let digest = *facts.digest;
     let request_id = digest.request_id();
 
     let mut usable_nonce: Option<String> = None;
@@ -541,6 +596,7 @@ fn approval_step(
                 currency: quote.currency.clone(),
                 total: quote.total,
                 merchant: merchant.to_owned(),
+                digest,
                 use_approval_nonce: Some(nonce),
             },
         };
@@ -602,7 +658,7 @@ fn approval_step(
                 checkout_id: quote.checkout_id.clone(),
                 currency: quote.currency.clone(),
                 total: quote.total,
-                handler_ids: facts.request.handler_ids.clone(),
+                instruments: facts.request.instruments.clone(),
             }),
         },
     }

@@ -13,6 +13,7 @@
 
 pub mod approval;
 pub mod error;
+pub mod freeze;
 pub mod gate;
 pub mod money;
 pub mod policy;

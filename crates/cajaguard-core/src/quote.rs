@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use crate::gate::{Reason, Ruling};
 use crate::money::MAX_MINOR;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct QuoteLine {
     /// The line item's own `id`.
     pub id: String,
@@ -23,7 +23,16 @@ pub struct QuoteLine {
     pub unit_price: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One `totals[]` entry of the checkout: part of the request digest, so a changed tax, fee or
+/// discount is a new request even when the total happens to stay the same.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QuoteTotal {
+    /// `type` as the shop wrote it (`subtotal`, `tax`, `total`, ...).
+    pub kind: String,
+    pub amount: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Quote {
     pub checkout_id: String,
     pub status: String,
@@ -34,6 +43,12 @@ pub struct Quote {
     pub line_items: Vec<QuoteLine>,
     /// Host of `continue_url`, else of the first `links[].url`, lower-cased. `None`: no usable URL.
     pub merchant: Option<String>,
+    /// Every `totals[]` entry, in the shop's order.
+    pub totals: Vec<QuoteTotal>,
+    /// Where the goods go: RFC 8785 JSON of each `fulfillment.methods[]` entry's `type`,
+    /// `destinations` and `selected_destination_id`, when the checkout has fulfillment. Hashed,
+    /// never interpreted: a changed address is a new request.
+    pub fulfillment: Option<String>,
 }
 
 fn unreadable(detail: impl Into<String>) -> Ruling {
@@ -83,8 +98,13 @@ fn str_field<'a>(obj: &'a Map<String, Value>, key: &str, what: &str) -> Result<&
 }
 
 /// Reads a `totals[]` array, checking every amount (and every `lines[].amount`). Returns the single
-/// `total` when `want_total`.
-fn totals(arr: &[Value], path: &str, want_total: bool) -> Result<Option<i64>, Ruling> {
+/// `total` when `want_total`, and every entry into `entries` when given.
+fn totals(
+    arr: &[Value],
+    path: &str,
+    want_total: bool,
+    mut entries: Option<&mut Vec<QuoteTotal>>,
+) -> Result<Option<i64>, Ruling> {
     let mut total = None;
     let mut count = 0usize;
     for (i, entry) in arr.iter().enumerate() {
@@ -110,6 +130,12 @@ fn totals(arr: &[Value], path: &str, want_total: bool) -> Result<Option<i64>, Ru
         if ty == "total" {
             count += 1;
             total = Some(a);
+        }
+        if let Some(entries) = entries.as_deref_mut() {
+            entries.push(QuoteTotal {
+                kind: ty.to_owned(),
+                amount: a,
+            });
         }
     }
     if want_total && count != 1 {
@@ -159,7 +185,8 @@ impl Quote {
         let Some(totals_arr) = obj.get("totals").and_then(Value::as_array) else {
             return Err(unreadable("the shop's checkout has no `totals` array"));
         };
-        let total = totals(totals_arr, "totals", true)?
+        let mut total_entries = Vec::with_capacity(totals_arr.len());
+        let total = totals(totals_arr, "totals", true, Some(&mut total_entries))?
             .ok_or_else(|| not_minor("totals", "has no entry of type `total`"))?;
 
         let Some(items) = obj.get("line_items").and_then(Value::as_array) else {
@@ -198,7 +225,7 @@ impl Quote {
                         "the shop's {lp}.totals is not an array"
                     )));
                 };
-                totals(lt, &format!("{lp}.totals"), false)?;
+                totals(lt, &format!("{lp}.totals"), false, None)?;
             }
             line_items.push(QuoteLine {
                 id: id.to_owned(),
@@ -209,19 +236,7 @@ impl Quote {
             });
         }
 
-        // `continue_url` wins when present, even if unusable: falling back to another URL would let
-        // a broken `continue_url` change which merchant the gate believes it is paying.
-        let merchant = match obj.get("continue_url") {
-            Some(Value::String(u)) => host_of(u),
-            Some(_) => None,
-            None => obj
-                .get("links")
-                .and_then(Value::as_array)
-                .and_then(|l| l.first())
-                .and_then(|l| l.get("url"))
-                .and_then(Value::as_str)
-                .and_then(host_of),
-        };
+        let merchant = merchant_from(obj);
 
         Ok(Quote {
             checkout_id,
@@ -230,8 +245,52 @@ impl Quote {
             total,
             line_items,
             merchant,
+            totals: total_entries,
+            fulfillment: fulfillment_of(obj),
         })
     }
+}
+
+/// Host of `continue_url`, else of the first `links[].url`, lower-cased.
+pub(crate) fn merchant_from(checkout: &Map<String, Value>) -> Option<String> {
+    // `continue_url` wins when present, even if unusable: falling back to another URL would let
+    // a broken `continue_url` change which merchant the gate believes it is paying.
+    match checkout.get("continue_url") {
+        Some(Value::String(u)) => host_of(u),
+        Some(_) => None,
+        None => checkout
+            .get("links")
+            .and_then(Value::as_array)
+            .and_then(|l| l.first())
+            .and_then(|l| l.get("url"))
+            .and_then(Value::as_str)
+            .and_then(host_of),
+    }
+}
+
+/// The destinations part of `fulfillment` (see [`Quote::fulfillment`]). A `fulfillment` that is
+/// not the UCP shape is hashed whole: whatever it says, a change to it changes the request.
+fn fulfillment_of(checkout: &Map<String, Value>) -> Option<String> {
+    let fulfillment = checkout.get("fulfillment")?;
+    let picked = match fulfillment.get("methods").and_then(Value::as_array) {
+        Some(methods) => Value::Array(
+            methods
+                .iter()
+                .map(|method| {
+                    let mut kept = Map::new();
+                    for key in ["type", "destinations", "selected_destination_id"] {
+                        if let Some(v) = method.get(key) {
+                            kept.insert(key.to_owned(), v.clone());
+                        }
+                    }
+                    Value::Object(kept)
+                })
+                .collect(),
+        ),
+        None => fulfillment.clone(),
+    };
+    // Encoding a parsed JSON value cannot fail; an empty string would still be hashed.
+    Some(serde_json_canonicalizer::to_string(&picked).unwrap_or_default())
 }
 
 #[cfg(test)]

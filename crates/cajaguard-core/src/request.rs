@@ -15,6 +15,25 @@ pub const PLATFORM_FIELDS_ON_COMPLETE: &[&str] = &["payment", "signals", "attrib
 /// names `buyer` business-owned. A test derives this list from the pinned extension schemas.
 pub const EXTENSION_FIELDS_ON_COMPLETE: &[&str] = &["ap2"];
 
+/// One `checkout.payment.instruments[]` entry as the request digest sees it: which instrument and
+/// which handler, never its credential.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Instrument {
+    /// The instrument's own `id`, when it has one.
+    pub id: Option<String>,
+    pub handler_id: String,
+}
+
+impl Instrument {
+    /// An instrument known only by its handler (tests, and callers that have no instrument id).
+    pub fn of_handler(handler_id: impl Into<String>) -> Instrument {
+        Instrument {
+            id: None,
+            handler_id: handler_id.into(),
+        }
+    }
+}
+
 /// A complete request that passed §4.1-4.3.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompleteRequest {
@@ -23,6 +42,8 @@ pub struct CompleteRequest {
     pub agent_profile: String,
     /// `checkout.payment.instruments[].handler_id`, in order.
     pub handler_ids: Vec<String>,
+    /// `checkout.payment.instruments[]` (id and handler), in order: part of the request digest.
+    pub instruments: Vec<Instrument>,
 }
 
 fn bad(detail: impl Into<String>) -> Ruling {
@@ -117,19 +138,29 @@ impl CompleteRequest {
             ));
         }
 
-        let mut handler_ids = Vec::new();
+        let mut instruments = Vec::new();
         match payment.get("instruments") {
             None => {}
-            Some(Value::Array(instruments)) => {
-                for (i, inst) in instruments.iter().enumerate() {
-                    match inst.get("handler_id") {
-                        Some(Value::String(h)) => handler_ids.push(h.clone()),
+            Some(Value::Array(listed)) => {
+                for (i, inst) in listed.iter().enumerate() {
+                    let handler_id = match inst.get("handler_id") {
+                        Some(Value::String(h)) => h.clone(),
                         _ => {
                             return Err(bad(format!(
                                 "checkout.payment.instruments[{i}] needs `handler_id` as a string"
                             )));
                         }
-                    }
+                    };
+                    let id = match inst.get("id") {
+                        None => None,
+                        Some(Value::String(id)) => Some(id.clone()),
+                        Some(_) => {
+                            return Err(bad(format!(
+                                "checkout.payment.instruments[{i}].id must be a string"
+                            )));
+                        }
+                    };
+                    instruments.push(Instrument { id, handler_id });
                 }
             }
             Some(_) => return Err(bad("checkout.payment.instruments must be an array")),
@@ -139,7 +170,8 @@ impl CompleteRequest {
             checkout_id,
             idempotency_key,
             agent_profile,
-            handler_ids,
+            handler_ids: instruments.iter().map(|i| i.handler_id.clone()).collect(),
+            instruments,
         })
     }
 }

@@ -1,130 +1,198 @@
-//! What the shop's answer to a forwarded `complete_checkout` means for the ledger (SPEC §4.13).
+//! What the shop's answers mean for the ledger (SPEC §4.13): the answer to a forwarded
+//! `complete_checkout`, the `get_checkout` read once more before a release, and what reconciliation
+//! reads for a reservation whose outcome was never learnt.
+//!
+//! Fail closed throughout: a reservation is released only on the shop's explicit word that this
+//! attempt did not pay, and only after the checkout reads as not completed; anything the gate
+//! cannot read keeps it. A completion is compared with the quote the gate checked, and whatever
+//! differs is named, so the caller can count it as charged and freeze payments.
 
 use serde_json::Value;
 
 use crate::money::MAX_MINOR;
+use crate::quote::Quote;
 
 /// How a reservation ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settlement {
-    /// The shop says `completed`; count `total` (the higher of the quote and the shop's own total).
-    Completed { charged: i64, mismatch: bool },
-    /// An error, a decline, `incomplete`...: release the reservation (a used approval stays used).
+    /// The shop completed the checkout: count the charge.
+    Completed(Charge),
+    /// The shop said this attempt did not pay: release the reservation (a used approval stays used).
     Released,
-    /// No usable answer: keep the reservation (fail closed) until reconciled.
+    /// No usable answer: keep the reservation and the claim (fail closed) until the outcome is known.
     Unknown,
 }
 
-/// `result` is the shop's `tools/call` result (`Ok`) or a JSON-RPC error / transport failure (`Err`
-/// with `true` when the outcome is unknown: timeout, crash; `false` for a JSON-RPC error answer).
-///
-/// Fail closed: only an answer that says the payment did not happen releases the reservation;
-/// anything the gate cannot read keeps it. `complete_in_progress` keeps it too, since the payment
-/// may still go through.
-pub fn classify(result: Result<&serde_json::Value, bool>, quoted_total: i64) -> Settlement {
-    let result = match result {
-        Err(true) => return Settlement::Unknown,
-        Err(false) => return Settlement::Released,
-        Ok(r) => r,
-    };
+/// What a completion counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    /// Minor units of `currency` (or of the reservation's currency when `currency` is `None`).
+    pub amount: i64,
+    /// The currency the shop charged in, when it is not the reserved one.
+    pub currency: Option<String>,
+    /// What the completed checkout changed against the quote the gate checked (`currency`,
+    /// `merchant`, `total`, `line_items`); empty when it is the basket the gate checked.
+    pub differs: Vec<&'static str>,
+}
+
+impl Charge {
+    /// The reserved amount, as checked.
+    pub fn as_reserved(amount: i64) -> Charge {
+        Charge {
+            amount,
+            currency: None,
+            differs: Vec::new(),
+        }
+    }
+
+    /// Whether the completion differs from what the gate checked (it then freezes payments).
+    pub fn differs(&self) -> bool {
+        !self.differs.is_empty()
+    }
+}
+
+/// The shop's answer to a forwarded `complete_checkout`, read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Completion {
+    /// The checkout it returned reads `completed`.
+    Completed(Value),
+    /// The shop's explicit word that this attempt did not pay: a tool error, or a checkout whose
+    /// status is neither `completed` nor `complete_in_progress`. (A JSON-RPC error answer is the
+    /// caller's to map here too.)
+    Refused,
+    /// Anything else: `complete_in_progress`, no checkout to read, not an object.
+    Unknown,
+}
+
+/// Reads the `tools/call` result the shop answered a forwarded `complete_checkout` with.
+pub fn read_completion(result: &Value) -> Completion {
     let Some(obj) = result.as_object() else {
-        return Settlement::Unknown;
+        return Completion::Unknown;
     };
     if obj.get("isError").and_then(Value::as_bool) == Some(true) {
-        return Settlement::Released;
+        return Completion::Refused;
     }
     let Some(checkout) = checkout_of(obj) else {
-        return Settlement::Unknown;
+        return Completion::Unknown;
     };
-    let Some(checkout) = checkout.as_object() else {
-        return Settlement::Unknown;
-    };
-    let ucp_error = checkout
-        .get("ucp")
-        .and_then(|u| u.get("status"))
-        .and_then(Value::as_str)
-        .is_some_and(|s| s == "error");
-    if ucp_error || (checkout.contains_key("messages") && !checkout.contains_key("status")) {
-        return Settlement::Released;
+    if is_error_response(&checkout) {
+        return Completion::Refused;
     }
     match checkout.get("status").and_then(Value::as_str) {
-        Some("completed") => {
-            let shop_total = single_total(&Value::Object(checkout.clone()));
-            match shop_total {
-                Some(t) if t > quoted_total => Settlement::Completed {
-                    charged: t,
-                    mismatch: true,
-                },
-                // Unreadable or not higher: the quoted total, already checked against the caps, counts.
-                _ => Settlement::Completed {
-                    charged: quoted_total,
-                    mismatch: false,
-                },
+        Some("completed") => Completion::Completed(checkout),
+        Some("complete_in_progress") | None => Completion::Unknown,
+        Some(_) => Completion::Refused,
+    }
+}
+
+/// What a `get_checkout` answer says about a payment made on that checkout.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reading {
+    /// `completed`: the payment happened (the checkout, to count it).
+    Completed(Value),
+    /// Still open or canceled: no payment on it has landed.
+    Open,
+    /// An error, no checkout, `complete_in_progress` or an unknown status: nothing can be concluded.
+    Unknown,
+}
+
+/// Reads the shop's `get_checkout` `tools/call` result. Unlike [`read_completion`], an answer that
+/// cannot be read is never taken for "not paid".
+pub fn read_checkout(result: &Value) -> Reading {
+    let Some(obj) = result.as_object() else {
+        return Reading::Unknown;
+    };
+    if obj.get("isError").and_then(Value::as_bool) == Some(true) {
+        return Reading::Unknown;
+    }
+    let Some(checkout) = checkout_of(obj) else {
+        return Reading::Unknown;
+    };
+    if is_error_response(&checkout) {
+        return Reading::Unknown;
+    }
+    match checkout.get("status").and_then(Value::as_str) {
+        Some("completed") => Reading::Completed(checkout),
+        // `requires_escalation` is not "open": the buyer may be paying at `continue_url` right
+        // now, outside CajaGuard, so the reservation keeps counting.
+        Some("ready_for_complete" | "incomplete" | "canceled") => Reading::Open,
+        _ => Reading::Unknown,
+    }
+}
+
+/// What a completed `checkout` counts against the `quote` the gate checked: the quoted total when
+/// it is the same basket; otherwise the charge as the shop reports it (the higher of quoted and
+/// charged when the currency is the same, the shop's amount in the shop's currency when not), with
+/// the differing fields named. A field the completion leaves out is not compared; one it holds but
+/// that cannot be read counts as differing (fail closed).
+pub fn charge(quote: &Quote, checkout: &Value) -> Charge {
+    let mut differs = Vec::new();
+    let currency = match checkout.get("currency") {
+        None => None,
+        Some(Value::String(c)) if *c == quote.currency => None,
+        Some(Value::String(c)) => {
+            differs.push("currency");
+            Some(c.clone())
+        }
+        Some(_) => {
+            differs.push("currency");
+            None
+        }
+    };
+    let shop_total = match checkout.get("totals") {
+        None => None,
+        Some(_) => match single_total(checkout) {
+            Some(t) => {
+                if t != quote.total {
+                    differs.push("total");
+                }
+                Some(t)
             }
-        }
-        Some("complete_in_progress") | None => Settlement::Unknown,
-        Some(_) => Settlement::Released,
-    }
-}
-
-/// `structuredContent`, else the first text content that parses as a JSON object.
-fn checkout_of(result: &serde_json::Map<String, Value>) -> Option<Value> {
-    if let Some(sc) = result.get("structuredContent")
-        && sc.is_object()
-    {
-        return Some(sc.clone());
-    }
-    result.get("content")?.as_array()?.iter().find_map(|c| {
-        if c.get("type").and_then(Value::as_str) != Some("text") {
-            return None;
-        }
-        let parsed: Value = serde_json::from_str(c.get("text")?.as_str()?).ok()?;
-        parsed.is_object().then_some(parsed)
-    })
-}
-
-/// What a reservation whose outcome was never learnt (the proxy crashed, or the shop did not
-/// answer) comes to, read back from the shop: `result` is the shop's `tools/call` result of
-/// `get_checkout` for that checkout, `order_total` the single total of the order it names (when the
-/// caller asked `get_order` because the checkout's own total is unreadable), `reserved` the amount
-/// held for it.
-///
-/// Unlike [`classify`], an answer the reconciler cannot read is never a release: an error, a
-/// missing checkout or an unknown status keeps the reservation (fail closed), since the payment may
-/// have happened. `completed` counts the higher of the reservation and the shop's total; a checkout
-/// still open (`ready_for_complete`, `incomplete`) or `canceled` was not paid. The caller decides
-/// whether the attempt is old enough that no live call can still complete it.
-pub fn reconcile(result: &Value, order_total: Option<i64>, reserved: i64) -> Settlement {
-    let Some(obj) = result.as_object() else {
-        return Settlement::Unknown;
-    };
-    if obj.get("isError").and_then(Value::as_bool) == Some(true) {
-        return Settlement::Unknown;
-    }
-    let Some(checkout) = checkout_of(obj) else {
-        return Settlement::Unknown;
-    };
-    let ucp_error = checkout
-        .get("ucp")
-        .and_then(|u| u.get("status"))
-        .and_then(Value::as_str)
-        .is_some_and(|s| s == "error");
-    if ucp_error {
-        return Settlement::Unknown;
-    }
-    match checkout.get("status").and_then(Value::as_str) {
-        Some("completed") => match single_total(&checkout).or(order_total) {
-            Some(t) if t > reserved => Settlement::Completed {
-                charged: t,
-                mismatch: true,
-            },
-            _ => Settlement::Completed {
-                charged: reserved,
-                mismatch: false,
-            },
+            None => {
+                differs.push("total");
+                None
+            }
         },
-        Some("ready_for_complete" | "incomplete" | "canceled") => Settlement::Released,
-        _ => Settlement::Unknown,
+    };
+    if has_merchant_url(checkout) && merchant_of(checkout) != quote.merchant {
+        differs.push("merchant");
+    }
+    if let Some(lines) = checkout.get("line_items")
+        && !same_lines(quote, lines)
+    {
+        differs.push("line_items");
+    }
+    let amount = match (&currency, shop_total) {
+        (None, Some(t)) => t.max(quote.total),
+        (Some(_), Some(t)) => t,
+        (_, None) => quote.total,
+    };
+    Charge {
+        amount,
+        currency,
+        differs,
+    }
+}
+
+/// What a reservation whose outcome was never learnt comes to, read back from the shop: `result`
+/// is the shop's `get_checkout` result for that checkout, `order_total` the single total of the
+/// order it names (when the caller asked `get_order` because the checkout's own total is
+/// unreadable), `reserved` the amount held for it. `completed` counts the higher of the
+/// reservation and the shop's total (a higher one is named as differing); a checkout still open or
+/// canceled was not paid; anything unreadable keeps the reservation. The caller decides whether
+/// the attempt is old enough that no live call can still complete it.
+pub fn reconcile(result: &Value, order_total: Option<i64>, reserved: i64) -> Settlement {
+    match read_checkout(result) {
+        Reading::Completed(checkout) => match single_total(&checkout).or(order_total) {
+            Some(t) if t > reserved => Settlement::Completed(Charge {
+                amount: t,
+                currency: None,
+                differs: vec!["total"],
+            }),
+            _ => Settlement::Completed(Charge::as_reserved(reserved)),
+        },
+        Reading::Open => Settlement::Released,
+        Reading::Unknown => Settlement::Unknown,
     }
 }
 
@@ -156,4 +224,62 @@ pub fn single_total(document: &Value) -> Option<i64> {
     one.get("amount")
         .and_then(Value::as_i64)
         .filter(|a| (0..=MAX_MINOR).contains(a))
+}
+
+/// `structuredContent`, else the first text content that parses as a JSON object.
+fn checkout_of(result: &serde_json::Map<String, Value>) -> Option<Value> {
+    if let Some(sc) = result.get("structuredContent")
+        && sc.is_object()
+    {
+        return Some(sc.clone());
+    }
+    result.get("content")?.as_array()?.iter().find_map(|c| {
+        if c.get("type").and_then(Value::as_str) != Some("text") {
+            return None;
+        }
+        let parsed: Value = serde_json::from_str(c.get("text")?.as_str()?).ok()?;
+        parsed.is_object().then_some(parsed)
+    })
+}
+
+/// A UCP error response (`ucp.status: "error"`, or messages with no checkout status).
+fn is_error_response(checkout: &Value) -> bool {
+    let ucp_error = checkout
+        .pointer("/ucp/status")
+        .and_then(Value::as_str)
+        .is_some_and(|s| s == "error");
+    ucp_error || (checkout.get("messages").is_some() && checkout.get("status").is_none())
+}
+
+fn has_merchant_url(checkout: &Value) -> bool {
+    checkout.get("continue_url").is_some()
+        || checkout
+            .get("links")
+            .and_then(Value::as_array)
+            .is_some_and(|l| !l.is_empty())
+}
+
+/// The merchant host exactly as [`Quote::from_shop`] reads it.
+fn merchant_of(checkout: &Value) -> Option<String> {
+    let mut probe = serde_json::Map::new();
+    for key in ["continue_url", "links"] {
+        if let Some(v) = checkout.get(key) {
+            probe.insert(key.to_owned(), v.clone());
+        }
+    }
+    crate::quote::merchant_from(&probe)
+}
+
+/// Each line's id, item id, quantity and unit price, in order, as the quote has them.
+fn same_lines(quote: &Quote, lines: &Value) -> bool {
+    let Some(lines) = lines.as_array() else {
+        return false;
+    };
+    lines.len() == quote.line_items.len()
+        && lines.iter().zip(&quote.line_items).all(|(line, quoted)| {
+            line.get("id").and_then(Value::as_str) == Some(quoted.id.as_str())
+                && line.pointer("/item/id").and_then(Value::as_str) == Some(quoted.item_id.as_str())
+                && line.get("quantity").and_then(Value::as_i64) == Some(quoted.quantity)
+                && line.pointer("/item/price").and_then(Value::as_i64) == Some(quoted.unit_price)
+        })
 }

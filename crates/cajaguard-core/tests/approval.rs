@@ -18,8 +18,10 @@ fn quote() -> Quote {
     Quote::from_shop(&usd(PACK, 1)).unwrap()
 }
 
-fn handlers() -> Vec<String> {
-    vec!["fixture_test_handler".to_owned()]
+fn handlers() -> Vec<cajaguard_core::request::Instrument> {
+    vec![cajaguard_core::request::Instrument::of_handler(
+        "fixture_test_handler",
+    )]
 }
 
 fn signed(decision: Decision) -> (ApprovalDocument, BasketDigest) {

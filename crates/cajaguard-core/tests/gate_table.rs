@@ -5,9 +5,10 @@
 
 mod common;
 
+use cajaguard_core::request::Instrument;
 use std::collections::BTreeSet;
 
-use cajaguard_core::approval::{ApprovalDocument, Decision, TrustedKeys};
+use cajaguard_core::approval::{ApprovalDocument, BasketDigest, Decision, TrustedKeys};
 use cajaguard_core::gate::{
     self, ApprovalCandidate, CheckoutLedger, Effect, Facts, LedgerView, Reason, Ruling, Verdict,
 };
@@ -56,10 +57,26 @@ struct Case {
     expect: (Verdict, Reason),
 }
 
+/// Stands for "the digest of the case's own request" in a ledger view (see `with_this_basket`).
+fn this_basket() -> BasketDigest {
+    BasketDigest::from_hex(&"0".repeat(64)).unwrap()
+}
+
+fn with_this_basket(ledger: &LedgerView, digest: &BasketDigest) -> LedgerView {
+    let mut ledger = ledger.clone();
+    if let CheckoutLedger::InFlight { digest: d, .. } = &mut ledger.checkout
+        && *d == Some(this_basket())
+    {
+        *d = Some(*digest);
+    }
+    ledger
+}
+
 fn fresh() -> LedgerView {
     LedgerView {
         window_spent: 0,
         checkout: CheckoutLedger::Fresh,
+        frozen: None,
     }
 }
 
@@ -103,7 +120,7 @@ fn run(case: &Case) -> (Ruling, Option<Effect>) {
                         let issued = NOW - time::Duration::minutes(a.issued_min_ago);
                         let terms = terms_for(
                             &q,
-                            &request.handler_ids,
+                            &request.instruments,
                             a.decision,
                             issued,
                             minutes(a.ttl_min),
@@ -118,10 +135,13 @@ fn run(case: &Case) -> (Ruling, Option<Effect>) {
                         }
                     })
                     .collect();
+                let digest = BasketDigest::of(&quote, &request.instruments);
+                let ledger = with_this_basket(&case.ledger, &digest);
                 let facts = Facts {
                     request: &request,
                     quote: &quote,
-                    ledger: &case.ledger,
+                    digest: &digest,
+                    ledger: &ledger,
                     approvals: &approvals,
                     trusted_keys: &trusted,
                     now: NOW,
@@ -201,7 +221,8 @@ fn run(case: &Case) -> (Ruling, Option<Effect>) {
             }
             (_, Effect::Refuse { pending: None })
                 if ruling.verdict == Verdict::Denied
-                    || ruling.reason == Reason::PaymentInFlight => {}
+                    || ruling.reason == Reason::PaymentInFlight
+                    || ruling.reason == Reason::Frozen => {}
             (r, e) => panic!("{name}: effect {e:?} does not fit reason {r:?}"),
         }
     }
@@ -571,7 +592,9 @@ fn cases() -> Vec<Case> {
                 checkout: CheckoutLedger::InFlight {
                     idempotency_key: "2c9a1f5e-8d3b-4a71-9e02-6f4b3c2d1a00".into(),
                     total: 8900,
+                    digest: Some(this_basket()),
                 },
+                frozen: None,
             },
             ..base(
                 "retry with the same idempotency key while in flight",
@@ -585,7 +608,9 @@ fn cases() -> Vec<Case> {
                 checkout: CheckoutLedger::InFlight {
                     idempotency_key: "other-key".into(),
                     total: 8900,
+                    digest: Some(this_basket()),
                 },
+                frozen: None,
             },
             ..base(
                 "another attempt in flight",
@@ -598,11 +623,13 @@ fn cases() -> Vec<Case> {
                 window_spent: 0,
                 checkout: CheckoutLedger::InFlight {
                     idempotency_key: "2c9a1f5e-8d3b-4a71-9e02-6f4b3c2d1a00".into(),
-                    total: 2400,
+                    total: 8900,
+                    digest: BasketDigest::from_hex(&"1".repeat(64)),
                 },
+                frozen: None,
             },
             ..base(
-                "same key but the basket grew while in flight",
+                "same key but another basket than the reserved one (same total)",
                 usd(PACK, 1),
                 blk(Reason::PaymentInFlight),
             )
@@ -610,7 +637,34 @@ fn cases() -> Vec<Case> {
         Case {
             ledger: LedgerView {
                 window_spent: 0,
+                checkout: CheckoutLedger::InFlight {
+                    idempotency_key: "2c9a1f5e-8d3b-4a71-9e02-6f4b3c2d1a00".into(),
+                    total: 8900,
+                    digest: None,
+                },
+                frozen: None,
+            },
+            ..base(
+                "same key, reservation without a digest (schema 1): never a retry",
+                usd(PACK, 1),
+                blk(Reason::PaymentInFlight),
+            )
+        },
+        Case {
+            ledger: LedgerView {
+                frozen: Some(cajaguard_core::freeze::Frozen {
+                    at: NOW,
+                    reason: "charged_differs".into(),
+                }),
+                ..fresh()
+            },
+            ..base("payments frozen", usd(SOCKS, 2), blk(Reason::Frozen))
+        },
+        Case {
+            ledger: LedgerView {
+                window_spent: 0,
                 checkout: CheckoutLedger::Settled { total: 2400 },
+                frozen: None,
             },
             ..base(
                 "already completed through CajaGuard",
@@ -673,6 +727,7 @@ fn reasons_and_verdicts_match_the_spec() {
         "approval_already_used",
         "approval_ttl_too_long",
         "payment_in_flight",
+        "frozen",
     ];
     let allow = ["within_caps", "idempotent_retry"];
     let mut names = BTreeSet::new();
@@ -693,7 +748,7 @@ fn reasons_and_verdicts_match_the_spec() {
         };
         assert_eq!(r.verdict(), expected, "{}", r.as_str());
     }
-    assert_eq!(Reason::ALL.len(), 23);
+    assert_eq!(Reason::ALL.len(), 24);
     assert_eq!(Reason::StoreUnavailable.verdict(), Verdict::Denied);
     assert_eq!(Reason::ToolNotAllowed.verdict(), Verdict::Denied);
 }
@@ -759,14 +814,45 @@ fn ruling_json_shape() {
 fn request_ids_follow_the_basket() {
     let q1 = Quote::from_shop(&usd(SOCKS, 5)).unwrap();
     let q2 = Quote::from_shop(&usd(SOCKS, 8)).unwrap();
-    let h = vec!["fixture_test_handler".to_owned()];
-    let d1 = cajaguard_core::approval::BasketDigest::of(&q1, &h);
-    assert_eq!(d1, cajaguard_core::approval::BasketDigest::of(&q1, &h));
-    assert_ne!(d1, cajaguard_core::approval::BasketDigest::of(&q2, &h));
+    let h = vec![Instrument::of_handler("fixture_test_handler")];
+    let d1 = BasketDigest::of(&q1, &h);
+    assert_eq!(d1, BasketDigest::of(&q1, &h));
+    assert_ne!(d1, BasketDigest::of(&q2, &h));
     assert_ne!(
         d1,
-        cajaguard_core::approval::BasketDigest::of(&q1, &["com.shopify.shop_pay".to_owned()])
+        BasketDigest::of(&q1, &[Instrument::of_handler("com.shopify.shop_pay")])
     );
+    // The instrument itself, not only its handler.
+    let card_a = Instrument {
+        id: Some("instr_a".into()),
+        handler_id: "fixture_test_handler".into(),
+    };
+    let card_b = Instrument {
+        id: Some("instr_b".into()),
+        ..card_a.clone()
+    };
+    assert_ne!(
+        BasketDigest::of(&q1, &[card_a]),
+        BasketDigest::of(&q1, &[card_b])
+    );
+    // Another product at the same price on the same line: a new request (issue: digest blind to
+    // the product).
+    let mut other_product = q1.clone();
+    other_product.line_items[0].item_id = "camp_stove".into();
+    assert_ne!(d1, BasketDigest::of(&other_product, &h));
+    let mut other_title = q1.clone();
+    other_title.line_items[0].title = "Trail socks (used)".into();
+    assert_ne!(d1, BasketDigest::of(&other_title, &h));
+    // Another tax line with the same total.
+    let mut other_totals = q1.clone();
+    other_totals.totals.insert(
+        0,
+        cajaguard_core::quote::QuoteTotal {
+            kind: "tax".into(),
+            amount: 0,
+        },
+    );
+    assert_ne!(d1, BasketDigest::of(&other_totals, &h));
     let id = d1.request_id();
     assert!(id.as_str().starts_with("cg-") && id.as_str().len() == 19);
     assert_eq!(

@@ -1,70 +1,95 @@
-//! What the shop's answer to a forwarded `complete_checkout` means for the ledger (SPEC §4.13).
+//! What the shop's answers mean for the ledger (SPEC §4.13).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use cajaguard_core::settle::{Settlement, classify};
+use cajaguard_core::quote::Quote;
+use cajaguard_core::settle::{
+    Charge, Completion, Reading, Settlement, charge, read_checkout, read_completion,
+};
 use serde_json::{Value, json};
 
 fn checkout(status: &str, total: Value) -> Value {
     json!({"ucp": {"version": "2026-08-25"}, "id": "gid://fixture/Checkout/1", "status": status, "currency": "USD",
-           "line_items": [], "totals": [{"type": "subtotal", "amount": total}, {"type": "total", "amount": total}], "links": []})
+           "line_items": [{"id": "li_1", "item": {"id": "day_pack", "title": "Day pack", "price": 8900}, "quantity": 1}],
+           "totals": [{"type": "subtotal", "amount": total}, {"type": "total", "amount": total}],
+           "links": [{"type": "terms_of_service", "url": "https://demo-outfitters.example/tos"}]})
 }
 
 fn result(structured: Value) -> Value {
     json!({"content": [{"type": "text", "text": structured.to_string()}], "structuredContent": structured})
 }
 
+fn quoted() -> Quote {
+    Quote::from_shop(&checkout("ready_for_complete", json!(8900))).unwrap()
+}
+
+fn completed(c: Value) -> Value {
+    match read_completion(&result(c)) {
+        Completion::Completed(checkout) => checkout,
+        other => panic!("not a completion: {other:?}"),
+    }
+}
+
 #[test]
-fn completed_counts_the_higher_total() {
+fn a_completion_of_the_quoted_basket_counts_the_quote() {
+    let c = completed(checkout("completed", json!(8900)));
+    assert_eq!(charge(&quoted(), &c), Charge::as_reserved(8900));
+    // A shop that leaves fields out of its completion is not compared on them.
+    let minimal = json!({"id": "gid://fixture/Checkout/1", "status": "completed"});
+    assert_eq!(charge(&quoted(), &minimal), Charge::as_reserved(8900));
+}
+
+#[test]
+fn a_completion_that_differs_is_named_and_counted_as_charged() {
+    let higher = completed(checkout("completed", json!(9900)));
+    let c = charge(&quoted(), &higher);
+    assert_eq!((c.amount, c.differs.clone()), (9900, vec!["total"]));
+    // Lower: the higher (quoted) amount counts, and it still differs.
+    let lower = charge(&quoted(), &checkout("completed", json!(100)));
+    assert_eq!((lower.amount, lower.differs), (8900, vec!["total"]));
+    // An unreadable total differs too (fail closed) and the quote counts.
+    let float = charge(&quoted(), &checkout("completed", json!(99.5)));
+    assert_eq!((float.amount, float.differs), (8900, vec!["total"]));
+
+    let mut jpy = checkout("completed", json!(21900));
+    jpy["currency"] = json!("JPY");
+    let c = charge(&quoted(), &jpy);
+    assert_eq!(c.currency.as_deref(), Some("JPY"));
     assert_eq!(
-        classify(Ok(&result(checkout("completed", json!(8900)))), 8900),
-        Settlement::Completed {
-            charged: 8900,
-            mismatch: false
-        }
+        c.amount, 21900,
+        "another currency counts the shop's amount in it"
     );
-    assert_eq!(
-        classify(Ok(&result(checkout("completed", json!(9900)))), 8900),
-        Settlement::Completed {
-            charged: 9900,
-            mismatch: true
-        }
-    );
-    assert_eq!(
-        classify(Ok(&result(checkout("completed", json!(100)))), 8900),
-        Settlement::Completed {
-            charged: 8900,
-            mismatch: false
-        }
-    );
-    assert_eq!(
-        classify(Ok(&result(checkout("completed", json!(99.5)))), 8900),
-        Settlement::Completed {
-            charged: 8900,
-            mismatch: false
-        }
-    );
+    assert_eq!(c.differs, vec!["currency", "total"]);
+
+    let mut elsewhere = checkout("completed", json!(8900));
+    elsewhere["links"] = json!([{"type": "tos", "url": "https://elsewhere-goods.example/tos"}]);
+    assert_eq!(charge(&quoted(), &elsewhere).differs, vec!["merchant"]);
+
+    // Same price, another product on the line.
+    let mut swapped = checkout("completed", json!(8900));
+    swapped["line_items"][0]["item"]["id"] = json!("camp_stove");
+    assert_eq!(charge(&quoted(), &swapped).differs, vec!["line_items"]);
+    let mut more = checkout("completed", json!(8900));
+    more["line_items"][0]["quantity"] = json!(2);
+    assert_eq!(charge(&quoted(), &more).differs, vec!["line_items"]);
 }
 
 #[test]
 fn text_content_is_read_when_there_is_no_structured_content() {
     let text_only = json!({"content": [{"type": "text", "text": checkout("completed", json!(8900)).to_string()}]});
-    assert_eq!(
-        classify(Ok(&text_only), 8900),
-        Settlement::Completed {
-            charged: 8900,
-            mismatch: false
-        }
-    );
+    assert!(matches!(
+        read_completion(&text_only),
+        Completion::Completed(_)
+    ));
 }
 
 #[test]
-fn errors_and_other_statuses_release() {
+fn only_an_explicit_word_is_a_refusal() {
     let declined = json!({"isError": true, "content": [{"type": "text", "text": "card declined"}]});
-    assert_eq!(classify(Ok(&declined), 8900), Settlement::Released);
+    assert_eq!(read_completion(&declined), Completion::Refused);
     let ucp_error = result(
         json!({"ucp": {"version": "2026-08-25", "status": "error"}, "messages": [{"type": "error", "code": "payment_declined", "content": "declined", "severity": "recoverable"}]}),
     );
-    assert_eq!(classify(Ok(&ucp_error), 8900), Settlement::Released);
+    assert_eq!(read_completion(&ucp_error), Completion::Refused);
     for status in [
         "incomplete",
         "ready_for_complete",
@@ -72,40 +97,25 @@ fn errors_and_other_statuses_release() {
         "canceled",
     ] {
         assert_eq!(
-            classify(Ok(&result(checkout(status, json!(8900)))), 8900),
-            Settlement::Released,
+            read_completion(&result(checkout(status, json!(8900)))),
+            Completion::Refused,
             "{status}"
         );
     }
-    assert_eq!(classify(Err(false), 8900), Settlement::Released);
 }
 
 #[test]
-fn unknown_outcomes_keep_the_reservation() {
-    assert_eq!(classify(Err(true), 8900), Settlement::Unknown);
-    assert_eq!(
-        classify(Ok(&json!({"content": []})), 8900),
-        Settlement::Unknown
-    );
-    assert_eq!(classify(Ok(&json!("garbage")), 8900), Settlement::Unknown);
-    assert_eq!(
-        classify(
-            Ok(&json!({"content": [{"type": "text", "text": "not json"}]})),
-            8900
-        ),
-        Settlement::Unknown
-    );
-    assert_eq!(
-        classify(
-            Ok(&result(checkout("complete_in_progress", json!(8900)))),
-            8900
-        ),
-        Settlement::Unknown
-    );
-    assert_eq!(
-        classify(Ok(&result(json!({"id": "x"}))), 8900),
-        Settlement::Unknown
-    );
+fn anything_else_is_an_unknown_outcome() {
+    for answer in [
+        json!({"content": []}),
+        json!("garbage"),
+        json!(null),
+        json!({"content": [{"type": "text", "text": "not json"}]}),
+        result(checkout("complete_in_progress", json!(8900))),
+        result(json!({"id": "x"})),
+    ] {
+        assert_eq!(read_completion(&answer), Completion::Unknown, "{answer}");
+    }
 }
 
 mod reconcile {
@@ -116,36 +126,27 @@ mod reconcile {
     fn a_completed_checkout_settles_with_the_higher_total() {
         assert_eq!(
             reconcile(&result(checkout("completed", json!(2400))), None, 2400),
-            Settlement::Completed {
-                charged: 2400,
-                mismatch: false
-            }
+            Settlement::Completed(Charge::as_reserved(2400))
         );
-        assert_eq!(
-            reconcile(&result(checkout("completed", json!(2600))), None, 2400),
-            Settlement::Completed {
-                charged: 2600,
-                mismatch: true
-            }
-        );
+        let Settlement::Completed(higher) =
+            reconcile(&result(checkout("completed", json!(2600))), None, 2400)
+        else {
+            panic!("not completed")
+        };
+        assert_eq!((higher.amount, higher.differs()), (2600, true));
         // The checkout's total is unreadable: the order's counts, else the reservation.
         let mut c = checkout("completed", json!(24.0));
         c["order"] =
             json!({"id": "gid://shop/Order/9", "permalink_url": "https://shop.example/o/9"});
         assert_eq!(order_to_ask(&c), Some("gid://shop/Order/9"));
-        assert_eq!(
-            reconcile(&result(c.clone()), Some(2500), 2400),
-            Settlement::Completed {
-                charged: 2500,
-                mismatch: true
-            }
-        );
+        let Settlement::Completed(by_order) = reconcile(&result(c.clone()), Some(2500), 2400)
+        else {
+            panic!("not completed")
+        };
+        assert_eq!(by_order.amount, 2500);
         assert_eq!(
             reconcile(&result(c), None, 2400),
-            Settlement::Completed {
-                charged: 2400,
-                mismatch: false
-            }
+            Settlement::Completed(Charge::as_reserved(2400))
         );
         assert_eq!(order_to_ask(&checkout("completed", json!(1))), None);
     }
@@ -157,6 +158,10 @@ mod reconcile {
                 reconcile(&result(checkout(status, json!(2400))), None, 2400),
                 Settlement::Released,
                 "{status}"
+            );
+            assert_eq!(
+                read_checkout(&result(checkout(status, json!(2400)))),
+                Reading::Open
             );
         }
     }
@@ -178,6 +183,7 @@ mod reconcile {
                 Settlement::Unknown,
                 "{answer}"
             );
+            assert_eq!(read_checkout(&answer), Reading::Unknown, "{answer}");
         }
     }
 }

@@ -19,11 +19,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use cajaguard::store::{AuditRecord, Store};
-use cajaguard_core::approval::RequestId;
+use cajaguard_core::approval::BasketDigest;
 use cajaguard_core::gate::{Effect, Outcome, Reason, Ruling, Verdict};
 use cajaguard_core::policy::{StoreConfig, StoreUrl};
 use cajaguard_core::quote::Quote;
-use cajaguard_core::request::CompleteRequest;
+use cajaguard_core::request::{CompleteRequest, Instrument};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use time::OffsetDateTime;
 
@@ -93,6 +93,7 @@ fn allow_outcome(total: i64) -> Outcome {
             currency: "USD".to_owned(),
             total,
             merchant: "demo-outfitters.example".to_owned(),
+            digest: BasketDigest::of(&Quote::default(), &[]),
             use_approval_nonce: None,
         },
     }
@@ -170,7 +171,6 @@ fn bench_gate(
     rows: u64,
     now: OffsetDateTime,
 ) {
-    let request_id = RequestId::parse("cg-0123456789abcdef").unwrap();
     let mut n = 0_u64;
     group.bench_function(BenchmarkId::from_parameter(format!("{rows}_rows")), |b| {
         b.iter(|| {
@@ -181,15 +181,22 @@ fn bench_gate(
                 idempotency_key: format!("bench-{n}"),
                 agent_profile: "https://agent.example/profile".to_owned(),
                 handler_ids: vec!["fixture_test_handler".to_owned()],
+                instruments: vec![Instrument::of_handler("fixture_test_handler")],
             };
             let quote = Quote {
                 checkout_id: checkout,
                 status: "ready_for_complete".to_owned(),
                 currency: "USD".to_owned(),
                 total: 2400,
-                line_items: vec![],
                 merchant: Some("demo-outfitters.example".to_owned()),
+                ..Quote::default()
             };
+            let digest = BasketDigest::of(&quote, &request.instruments);
+            // The claim is one unsynced write of the allow path (SPEC §4 step 3a).
+            let claim = store
+                .claim(&request.checkout_id, &request.idempotency_key, now, DAY)
+                .unwrap()
+                .unwrap();
             let audit = AuditRecord {
                 at: now,
                 tool: "complete_checkout".to_owned(),
@@ -206,9 +213,10 @@ fn bench_gate(
             };
             let outcome = store
                 .gate(
+                    &claim,
                     &request,
                     &quote,
-                    &request_id,
+                    &digest,
                     DAY,
                     now,
                     &mut |view, _| {

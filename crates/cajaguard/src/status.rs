@@ -44,7 +44,12 @@ pub fn document(policy: &Policy, store: &Store, now: OffsetDateTime) -> Result<V
             })
         })
         .collect();
+    let frozen = match store.frozen()? {
+        Some(frozen) => json!({ "at": frozen.stamp(), "reason": frozen.reason }),
+        None => Value::Null,
+    };
     Ok(json!({
+        "frozen": frozen,
         "mode": match policy.mode { Mode::Test => "test", Mode::Live => "live" },
         "window_hours": policy.window.as_secs() / 3600,
         "merchants": policy.merchants,

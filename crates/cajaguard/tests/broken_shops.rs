@@ -187,16 +187,30 @@ fn what_the_shop_answers_to_the_payment_settles_it_fail_closed() {
         assert_eq!(completes_sent(&world), 1, "{name}");
         assert_eq!(usd_spend(&world), expected, "{name}: {answer}");
         still_serving(&mut mcp);
+        let differs = name.starts_with("charged") || name.starts_with("float");
+        let conn = rusqlite::Connection::open(world.home.join("cajaguard.db")).unwrap();
+        let frozen: i64 = conn
+            .query_row("SELECT COUNT(*) FROM freeze", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            frozen,
+            i64::from(differs),
+            "{name}: a completion that differs from the quote freezes payments, and only that"
+        );
         if name == "charged more than quoted" {
-            let conn = rusqlite::Connection::open(world.home.join("cajaguard.db")).unwrap();
             let note: String = conn
                 .query_row(
-                    "SELECT note FROM audit WHERE verdict = 'settled' AND reason = 'completed'",
+                    "SELECT note FROM audit WHERE verdict = 'settled' AND reason = 'charged_differs'",
                     [],
                     |r| r.get(0),
                 )
                 .unwrap();
             assert!(note.contains("2600") && note.contains("2400"), "{note}");
+            assert_eq!(
+                answer["result"]["_meta"]["cajaguard"]["mismatch"]["fields"],
+                json!(["total"]),
+                "{answer}"
+            );
         }
         if expected.1 > 0 {
             assert!(

@@ -16,13 +16,13 @@ use std::process::Command;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use cajaguard::store::{AuditRecord, Store};
+use cajaguard::store::{AuditRecord, ReleasedBy, Store};
 use cajaguard_core::approval::{BasketDigest, TrustedKeys};
 use cajaguard_core::gate::{self, Effect, Facts};
 use cajaguard_core::policy::{ConfigOrigin, Policy};
 use cajaguard_core::quote::{Quote, QuoteLine};
-use cajaguard_core::request::CompleteRequest;
-use cajaguard_core::settle::Settlement;
+use cajaguard_core::request::{CompleteRequest, Instrument};
+use cajaguard_core::settle::{Charge, Settlement};
 use serde_json::json;
 use support::*;
 
@@ -95,6 +95,7 @@ fn purchase_many(dir: &Path, worker: &str, n: usize) -> (i64, i64) {
             idempotency_key: format!("{worker}-{i}"),
             agent_profile: AGENT.into(),
             handler_ids: vec![TEST_HANDLER.into()],
+            instruments: vec![Instrument::of_handler(TEST_HANDLER)],
         };
         let quote = Quote {
             checkout_id: checkout_id.clone(),
@@ -109,14 +110,20 @@ fn purchase_many(dir: &Path, worker: &str, n: usize) -> (i64, i64) {
                 unit_price: PRICE,
             }],
             merchant: Some("demo-outfitters.example".into()),
+            ..Quote::default()
         };
-        let request_id = BasketDigest::of(&quote, &request.handler_ids).request_id();
+        let digest = BasketDigest::of(&quote, &request.instruments);
         let now = time::OffsetDateTime::now_utc();
+        let claim = store
+            .claim(&checkout_id, &request.idempotency_key, now, policy.window)
+            .unwrap()
+            .unwrap();
         let outcome = store
             .gate(
+                &claim,
                 &request,
                 &quote,
-                &request_id,
+                &digest,
                 policy.window,
                 now,
                 &mut |ledger, approvals| {
@@ -125,6 +132,7 @@ fn purchase_many(dir: &Path, worker: &str, n: usize) -> (i64, i64) {
                         &Facts {
                             request: &request,
                             quote: &quote,
+                            digest: &digest,
                             ledger,
                             approvals,
                             trusted_keys: &trusted,
@@ -134,23 +142,26 @@ fn purchase_many(dir: &Path, worker: &str, n: usize) -> (i64, i64) {
                 },
                 &record(),
             )
-            .unwrap();
+            .unwrap()
+            .outcome;
         if let Effect::Forward { .. } = outcome.effect {
             forwarded += 1;
             let settlement = if i % 5 == 0 {
                 Settlement::Released
             } else {
                 completed += PRICE;
-                Settlement::Completed {
-                    charged: PRICE,
-                    mismatch: false,
-                }
+                Settlement::Completed(Charge {
+                    amount: PRICE,
+                    currency: None,
+                    differs: vec![],
+                })
             };
             store
                 .settle(
                     &request.checkout_id,
                     &request.idempotency_key,
                     &settlement,
+                    ReleasedBy::Shop,
                     now,
                 )
                 .unwrap();

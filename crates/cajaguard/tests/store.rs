@@ -17,7 +17,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cajaguard::store::{
-    ApprovalStatus, AuditRecord, DB_FILE, FiledApproval, Store, StoreError, WindowSpend,
+    ApprovalStatus, AuditRecord, Conflict, DB_FILE, FiledApproval, ReleasedBy, Store, StoreError,
+    WindowSpend,
 };
 use cajaguard_core::approval::{
     self, ApprovalDocument, ApprovalTerms, BasketDigest, Decision, RequestId, SigningKey,
@@ -29,8 +30,8 @@ use cajaguard_core::gate::{
 };
 use cajaguard_core::policy::{StoreConfig, StoreUrl};
 use cajaguard_core::quote::Quote;
-use cajaguard_core::request::CompleteRequest;
-use cajaguard_core::settle::Settlement;
+use cajaguard_core::request::{CompleteRequest, Instrument};
+use cajaguard_core::settle::{Charge, Settlement};
 use time::OffsetDateTime;
 use time::macros::datetime;
 
@@ -43,6 +44,10 @@ fn home() -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, home)
 }
 
+fn d(n: u8) -> BasketDigest {
+    BasketDigest::from_bytes([n; 32])
+}
+
 fn rid(n: u64) -> RequestId {
     RequestId::parse(&format!("cg-{n:016x}")).unwrap()
 }
@@ -53,6 +58,7 @@ fn request(checkout: &str, key: &str) -> CompleteRequest {
         idempotency_key: key.to_owned(),
         agent_profile: "https://agent.example/profile".to_owned(),
         handler_ids: vec!["fixture_test_handler".to_owned()],
+        instruments: vec![Instrument::of_handler("fixture_test_handler")],
     }
 }
 
@@ -62,8 +68,8 @@ fn quote(checkout: &str, currency: &str, total: i64) -> Quote {
         status: "ready_for_complete".to_owned(),
         currency: currency.to_owned(),
         total,
-        line_items: vec![],
         merchant: Some("demo-outfitters.example".to_owned()),
+        ..Quote::default()
     }
 }
 
@@ -84,6 +90,7 @@ fn forward(currency: &str, total: i64, nonce: Option<&str>) -> Outcome {
             currency: currency.to_owned(),
             total,
             merchant: "demo-outfitters.example".to_owned(),
+            digest: d(1),
             use_approval_nonce: nonce.map(str::to_owned),
         },
     }
@@ -123,13 +130,13 @@ fn gate_with(
     now: OffsetDateTime,
     outcome: Outcome,
 ) -> Result<(LedgerView, Vec<ApprovalCandidate>), StoreError> {
-    gate_id(store, &rid(1), checkout, key, currency, total, now, outcome)
+    gate_id(store, &d(1), checkout, key, currency, total, now, outcome)
 }
 
 #[allow(clippy::too_many_arguments)]
 fn gate_id(
     store: &Store,
-    id: &RequestId,
+    digest: &BasketDigest,
     checkout: &str,
     key: &str,
     currency: &str,
@@ -140,10 +147,15 @@ fn gate_id(
     let mut seen = None;
     let mut outcome = Some(outcome);
     let mut calls = 0;
+    // A claim refused (another payment holds the checkout) stands for "never reached the gate".
+    let claim = store
+        .claim(checkout, key, now, DAY)?
+        .map_err(|_| StoreError::ClaimLost)?;
     store.gate(
+        &claim,
         &request(checkout, key),
         &quote(checkout, currency, total),
-        id,
+        digest,
         DAY,
         now,
         &mut |view, approvals| {
@@ -388,7 +400,8 @@ fn forward_reserves_and_the_window_sees_it(kind: Kind) {
         view,
         LedgerView {
             window_spent: 0,
-            checkout: CheckoutLedger::Fresh
+            checkout: CheckoutLedger::Fresh,
+            frozen: None,
         }
     );
     assert!(approvals.is_empty());
@@ -410,8 +423,10 @@ fn forward_reserves_and_the_window_sees_it(kind: Kind) {
             window_spent: 0,
             checkout: CheckoutLedger::InFlight {
                 idempotency_key: "k1".to_owned(),
-                total: 4500
-            }
+                total: 4500,
+                digest: Some(d(1)),
+            },
+            frozen: None,
         }
     );
     // Other currencies are apart.
@@ -436,10 +451,12 @@ fn forward_reserves_and_the_window_sees_it(kind: Kind) {
         .settle(
             "c1",
             "k1",
-            &Settlement::Completed {
-                charged: 4500,
-                mismatch: false,
-            },
+            &Settlement::Completed(Charge {
+                amount: 4500,
+                currency: None,
+                differs: vec![],
+            }),
+            ReleasedBy::Shop,
             NOW,
         )
         .unwrap();
@@ -464,11 +481,14 @@ fn settle_completed_counts_once_and_is_idempotent(kind: Kind) {
         forward("USD", 8900, None),
     )
     .unwrap();
-    let done = Settlement::Completed {
-        charged: 9900,
-        mismatch: true,
-    };
-    store.settle("c1", "k1", &done, NOW).unwrap();
+    let done = Settlement::Completed(Charge {
+        amount: 9900,
+        currency: None,
+        differs: vec!["total"],
+    });
+    store
+        .settle("c1", "k1", &done, ReleasedBy::Shop, NOW)
+        .unwrap();
     assert_eq!(
         spend(store, NOW, "USD"),
         WindowSpend {
@@ -476,15 +496,19 @@ fn settle_completed_counts_once_and_is_idempotent(kind: Kind) {
             in_flight: 0
         }
     );
-    store.settle("c1", "k1", &done, NOW).unwrap();
+    store
+        .settle("c1", "k1", &done, ReleasedBy::Shop, NOW)
+        .unwrap();
     store
         .settle(
             "c1",
             "k1",
-            &Settlement::Completed {
-                charged: 8900,
-                mismatch: false,
-            },
+            &Settlement::Completed(Charge {
+                amount: 8900,
+                currency: None,
+                differs: vec![],
+            }),
+            ReleasedBy::Shop,
             NOW,
         )
         .unwrap();
@@ -497,7 +521,7 @@ fn settle_completed_counts_once_and_is_idempotent(kind: Kind) {
     );
     // Settled spend is never released.
     store
-        .settle("c1", "k1", &Settlement::Released, NOW)
+        .settle("c1", "k1", &Settlement::Released, ReleasedBy::Shop, NOW)
         .unwrap();
     assert_eq!(
         spend(store, NOW, "USD"),
@@ -513,7 +537,8 @@ fn settle_completed_counts_once_and_is_idempotent(kind: Kind) {
         view,
         LedgerView {
             window_spent: 0,
-            checkout: CheckoutLedger::Settled { total: 9900 }
+            checkout: CheckoutLedger::Settled { total: 9900 },
+            frozen: None,
         }
     );
     // A settled checkout is never reserved again (that would count its spend twice or lose it).
@@ -553,21 +578,29 @@ fn settle_released_frees_the_reservation_and_unknown_keeps_it(kind: Kind) {
         forward("USD", 8900, None),
     )
     .unwrap();
-    store.settle("c1", "k1", &Settlement::Unknown, NOW).unwrap();
+    store
+        .settle("c1", "k1", &Settlement::Unknown, ReleasedBy::Shop, NOW)
+        .unwrap();
     assert_eq!(spend(store, NOW, "USD").in_flight, 8900);
     assert_eq!(store.in_flight().unwrap().len(), 1);
 
     // An outcome for another attempt's key does not touch this one.
     store
-        .settle("c1", "other-key", &Settlement::Released, NOW)
+        .settle(
+            "c1",
+            "other-key",
+            &Settlement::Released,
+            ReleasedBy::Shop,
+            NOW,
+        )
         .unwrap();
     assert_eq!(spend(store, NOW, "USD").in_flight, 8900);
 
     store
-        .settle("c1", "k1", &Settlement::Released, NOW)
+        .settle("c1", "k1", &Settlement::Released, ReleasedBy::Shop, NOW)
         .unwrap();
     store
-        .settle("c1", "k1", &Settlement::Released, NOW)
+        .settle("c1", "k1", &Settlement::Released, ReleasedBy::Shop, NOW)
         .unwrap();
     assert_eq!(spend(store, NOW, "USD"), WindowSpend::default());
     let (view, _) = gate_with(
@@ -588,10 +621,12 @@ fn settle_released_frees_the_reservation_and_unknown_keeps_it(kind: Kind) {
         .settle(
             "nope",
             "k",
-            &Settlement::Completed {
-                charged: 1,
-                mismatch: false,
-            },
+            &Settlement::Completed(Charge {
+                amount: 1,
+                currency: None,
+                differs: vec![],
+            }),
+            ReleasedBy::Shop,
             NOW,
         )
         .unwrap();
@@ -619,6 +654,14 @@ fn a_new_attempt_replaces_the_old_reservation(kind: Kind) {
         forward("USD", 4500, None),
     )
     .unwrap();
+    // While k1's outcome is unknown, the checkout is k1's: another attempt cannot even claim it.
+    assert!(matches!(
+        store.claim("c1", "k2", NOW, DAY).unwrap(),
+        Err(Conflict::PaymentInFlight)
+    ));
+    store
+        .settle("c1", "k1", &Settlement::Released, ReleasedBy::Shop, NOW)
+        .unwrap();
     gate_with(
         store,
         "c1",
@@ -715,10 +758,12 @@ fn the_window_ends_at_whole_hours_and_errs_high(kind: Kind) {
         .settle(
             "edge",
             "k",
-            &Settlement::Completed {
-                charged: 250,
-                mismatch: true,
-            },
+            &Settlement::Completed(Charge {
+                amount: 250,
+                currency: None,
+                differs: vec!["total"],
+            }),
+            ReleasedBy::Shop,
             NOW,
         )
         .unwrap();
@@ -783,10 +828,12 @@ fn a_panicking_decide_leaves_the_store_usable(kind: Kind) {
     };
     let store = &fx.store;
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let claim = store.claim("c1", "k1", NOW, DAY).unwrap().unwrap();
         let _ = store.gate(
+            &claim,
             &request("c1", "k1"),
             &quote("c1", "USD", 100),
-            &rid(1),
+            &d(1),
             DAY,
             NOW,
             &mut |_, _| panic!("decide failed"),
@@ -840,21 +887,29 @@ fn buckets_always_agree_with_the_ledger(kind: Kind) {
                 );
             }
             2 => store
-                .settle(&checkout, &key, &Settlement::Released, now)
+                .settle(
+                    &checkout,
+                    &key,
+                    &Settlement::Released,
+                    ReleasedBy::Shop,
+                    now,
+                )
                 .unwrap(),
             3 => store
                 .settle(
                     &checkout,
                     &key,
-                    &Settlement::Completed {
-                        charged: total,
-                        mismatch: false,
-                    },
+                    &Settlement::Completed(Charge {
+                        amount: total,
+                        currency: None,
+                        differs: vec![],
+                    }),
+                    ReleasedBy::Shop,
                     now,
                 )
                 .unwrap(),
             _ => store
-                .settle(&checkout, &key, &Settlement::Unknown, now)
+                .settle(&checkout, &key, &Settlement::Unknown, ReleasedBy::Shop, now)
                 .unwrap(),
         }
     }
@@ -887,7 +942,7 @@ fn pending_request(id: &RequestId, digest: BasketDigest, total: i64) -> PendingR
         checkout_id: "gid://fixture/Checkout/7".to_owned(),
         currency: "USD".to_owned(),
         total,
-        handler_ids: vec!["fixture_test_handler".to_owned()],
+        instruments: vec![Instrument::of_handler("fixture_test_handler")],
     }
 }
 
@@ -896,11 +951,12 @@ fn a_block_records_the_pending_request(kind: Kind) {
         return;
     };
     let store = &fx.store;
-    let id = rid(7);
-    let p = pending_request(&id, BasketDigest([7; 32]), 8900);
+    let digest = d(7);
+    let id = digest.request_id();
+    let p = pending_request(&id, digest, 8900);
     gate_id(
         store,
-        &id,
+        &digest,
         "gid://fixture/Checkout/7",
         "k1",
         "USD",
@@ -912,7 +968,7 @@ fn a_block_records_the_pending_request(kind: Kind) {
     let later = NOW + time::Duration::minutes(5);
     gate_id(
         store,
-        &id,
+        &digest,
         "gid://fixture/Checkout/7",
         "k2",
         "USD",
@@ -1018,7 +1074,7 @@ fn every_gate_writes_one_audit_row(kind: Kind) {
         ("complete_checkout", "allow", "within_caps")
     );
     assert_eq!((first.4.as_deref(), first.5), (Some("USD"), Some(2400)));
-    assert_eq!(first.6.as_deref(), Some(rid(1).as_str()));
+    assert_eq!(first.6.as_deref(), Some(d(1).request_id().as_str()));
     assert_eq!(first.7.as_deref(), Some("k1"));
     assert!(first.8 >= 250);
     assert_eq!(
@@ -1060,7 +1116,13 @@ fn write_approval_never_clobbers(kind: Kind) {
     };
     let store = &fx.store;
     let key = SigningKey::from_seed(&[1; 32]);
-    let doc = signed(&key, BasketDigest([3; 32]), Decision::Approve, 0xab, 15);
+    let doc = signed(
+        &key,
+        BasketDigest::from_bytes([3; 32]),
+        Decision::Approve,
+        0xab,
+        15,
+    );
     let filed = store.write_approval(&doc).unwrap();
     match (&filed, kind) {
         (FiledApproval::File(path), Kind::Sqlite) => {
@@ -1102,7 +1164,7 @@ fn the_gate_sees_approvals_and_their_use(kind: Kind) {
     };
     let store = &fx.store;
     let key = SigningKey::from_seed(&[1; 32]);
-    let digest = BasketDigest([4; 32]);
+    let digest = BasketDigest::from_bytes([4; 32]);
     let id = digest.request_id();
     let doc = signed(&key, digest, Decision::Approve, 0x11, 15);
     store.write_approval(&doc).unwrap();
@@ -1129,7 +1191,7 @@ fn the_gate_sees_approvals_and_their_use(kind: Kind) {
     store
         .write_approval(&signed(
             &key,
-            BasketDigest([5; 32]),
+            BasketDigest::from_bytes([5; 32]),
             Decision::Approve,
             0x22,
             15,
@@ -1139,7 +1201,7 @@ fn the_gate_sees_approvals_and_their_use(kind: Kind) {
     let c = "gid://fixture/Checkout/7";
     let (_, seen) = gate_id(
         store,
-        &id,
+        &digest,
         c,
         "k1",
         "USD",
@@ -1156,7 +1218,7 @@ fn the_gate_sees_approvals_and_their_use(kind: Kind) {
 
     let (_, seen) = gate_id(
         store,
-        &id,
+        &digest,
         "gid://fixture/Checkout/8",
         "k1",
         "USD",
@@ -1180,7 +1242,7 @@ fn approval_status_follows_the_request(kind: Kind) {
     let key = SigningKey::from_seed(&[1; 32]);
     let trusted = TrustedKeys(vec![key.public_key()]);
     let ttl = Duration::from_secs(15 * 60);
-    let digest = BasketDigest([6; 32]);
+    let digest = BasketDigest::from_bytes([6; 32]);
     let id = digest.request_id();
     let c = "gid://fixture/Checkout/7";
     let status = |now| store.approval_status(&id, &trusted, now, ttl).unwrap();
@@ -1188,7 +1250,7 @@ fn approval_status_follows_the_request(kind: Kind) {
     assert_eq!(status(NOW), ApprovalStatus::Invalid);
     gate_id(
         store,
-        &id,
+        &digest,
         c,
         "k1",
         "USD",
@@ -1219,7 +1281,7 @@ fn approval_status_follows_the_request(kind: Kind) {
 
     gate_id(
         store,
-        &id,
+        &digest,
         c,
         "k1",
         "USD",
@@ -1261,7 +1323,7 @@ fn approval_status_of_a_moved_file_uses_its_own_digest(kind: Kind) {
     let store = &fx.store;
     let key = SigningKey::from_seed(&[1; 32]);
     let trusted = TrustedKeys(vec![key.public_key()]);
-    let digest = BasketDigest([9; 32]);
+    let digest = BasketDigest::from_bytes([9; 32]);
     let doc = signed(&key, digest, Decision::Approve, 0x41, 15);
     store.write_approval(&doc).unwrap();
     let status = store

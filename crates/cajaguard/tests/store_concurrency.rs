@@ -18,14 +18,13 @@ use std::process::Command;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use cajaguard::store::{AuditRecord, Store};
-use cajaguard_core::approval::{
-    self, ApprovalTerms, BasketDigest, Decision, RequestId, SigningKey,
-};
+use cajaguard::store::{AuditRecord, Claim, ReleasedBy, Store};
+use cajaguard_core::approval::{self, ApprovalTerms, BasketDigest, Decision, SigningKey};
 use cajaguard_core::gate::{Effect, LedgerView, Outcome, Reason, Ruling, Verdict};
 use cajaguard_core::policy::{StoreConfig, StoreUrl};
 use cajaguard_core::quote::Quote;
-use cajaguard_core::request::CompleteRequest;
+use cajaguard_core::request::{CompleteRequest, Instrument};
+use cajaguard_core::settle::Charge;
 use time::OffsetDateTime;
 use time::macros::datetime;
 
@@ -42,6 +41,7 @@ fn request(checkout: &str) -> CompleteRequest {
         idempotency_key: format!("key-{checkout}"),
         agent_profile: "https://agent.example/profile".to_owned(),
         handler_ids: vec!["fixture_test_handler".to_owned()],
+        instruments: vec![Instrument::of_handler("fixture_test_handler")],
     }
 }
 
@@ -51,9 +51,17 @@ fn quote(checkout: &str, total: i64) -> Quote {
         status: "ready_for_complete".to_owned(),
         currency: "USD".to_owned(),
         total,
-        line_items: vec![],
         merchant: Some("demo-outfitters.example".to_owned()),
+        ..Quote::default()
     }
+}
+
+/// The checkout's claim for its payment (`key-<checkout>`), as the proxy takes it first.
+fn claimed(store: &Store, checkout: &str) -> Claim {
+    store
+        .claim(checkout, &format!("key-{checkout}"), NOW, DAY)
+        .unwrap()
+        .unwrap()
 }
 
 fn record() -> AuditRecord {
@@ -86,6 +94,7 @@ fn forward(total: i64, nonce: Option<String>) -> Outcome {
             currency: "USD".to_owned(),
             total,
             merchant: "demo-outfitters.example".to_owned(),
+            digest: BasketDigest::from_bytes([0xaa; 32]),
             use_approval_nonce: nonce,
         },
     }
@@ -113,8 +122,8 @@ fn within_window(view: &LedgerView) -> Outcome {
     }
 }
 
-fn request_id() -> RequestId {
-    RequestId::parse("cg-00000000000000aa").unwrap()
+fn request_digest() -> BasketDigest {
+    BasketDigest::from_bytes([0xaa; 32])
 }
 
 /// The PostgreSQL URL a worker process uses (unset: the SQLite store in its home).
@@ -143,16 +152,17 @@ fn reserve_many(home: &Path, url: Option<&str>, worker: &str, attempts: usize) -
         let checkout = format!("gid://fixture/Checkout/{worker}-{n}");
         let outcome = store
             .gate(
+                &claimed(&store, &checkout),
                 &request(&checkout),
                 &quote(&checkout, TOTAL),
-                &request_id(),
+                &request_digest(),
                 DAY,
                 NOW,
                 &mut |view, _| within_window(view),
                 &record(),
             )
             .unwrap();
-        if matches!(outcome.effect, Effect::Forward { .. }) {
+        if matches!(outcome.outcome.effect, Effect::Forward { .. }) {
             forwarded += 1;
         }
     }
@@ -215,9 +225,9 @@ fn threads_never_pass_the_window(url: Option<&str>) {
     assert!(reserved(&home, url) <= WINDOW);
 }
 
-fn signed_approval(home: &Path, url: Option<&str>) -> (RequestId, String) {
+fn signed_approval(home: &Path, url: Option<&str>) -> (BasketDigest, String) {
     let key = SigningKey::from_seed(&[5; 32]);
-    let digest = BasketDigest([0x5a; 32]);
+    let digest = BasketDigest::from_bytes([0x5a; 32]);
     let doc = approval::sign(
         &key,
         &ApprovalTerms {
@@ -235,16 +245,17 @@ fn signed_approval(home: &Path, url: Option<&str>) -> (RequestId, String) {
         },
     );
     open(home, url).write_approval(&doc).unwrap();
-    (digest.request_id(), doc.nonce)
+    (digest, doc.nonce)
 }
 
 /// One gate that uses the approval if `decide` sees it unused. Returns whether it did.
-fn try_use_approval(store: &Store, id: &RequestId, checkout: &str) -> bool {
+fn try_use_approval(store: &Store, digest: &BasketDigest, checkout: &str) -> bool {
     let outcome = store
         .gate(
+            &claimed(store, checkout),
             &request(checkout),
             &quote(checkout, 8900),
-            id,
+            digest,
             DAY,
             NOW,
             &mut |_, approvals| match approvals.iter().find(|a| !a.used) {
@@ -254,7 +265,7 @@ fn try_use_approval(store: &Store, id: &RequestId, checkout: &str) -> bool {
             &record(),
         )
         .unwrap();
-    matches!(outcome.effect, Effect::Forward { .. })
+    matches!(outcome.outcome.effect, Effect::Forward { .. })
 }
 
 #[test]
@@ -278,7 +289,7 @@ fn approval_raced_by_threads(url: Option<&str>) {
     let barrier = Arc::new(Barrier::new(threads));
     let handles: Vec<_> = (0..threads)
         .map(|t| {
-            let (home, id, barrier) = (home.clone(), id.clone(), Arc::clone(&barrier));
+            let (home, id, barrier) = (home.clone(), id, Arc::clone(&barrier));
             let url = url.map(str::to_owned);
             std::thread::spawn(move || {
                 let store = open(&home, url.as_deref());
@@ -341,8 +352,8 @@ fn worker_process() {
     }
 }
 
-fn request_id_from_env() -> RequestId {
-    RequestId::parse(&std::env::var("CAJAGUARD_STORE_WORKER_ID").unwrap()).unwrap()
+fn request_id_from_env() -> BasketDigest {
+    BasketDigest::from_hex(&std::env::var("CAJAGUARD_STORE_WORKER_ID").unwrap()).unwrap()
 }
 
 /// Starts `count` copies of this test binary as workers on `home`, lets them go at once, and sums
@@ -352,7 +363,7 @@ fn run_workers(
     url: Option<&str>,
     task: &str,
     count: usize,
-    id: Option<&RequestId>,
+    id: Option<&BasketDigest>,
 ) -> i64 {
     // A PostgreSQL store does not create the home; the go file needs it.
     std::fs::create_dir_all(home).unwrap();
@@ -369,7 +380,7 @@ fn run_workers(
             .env(WORKER_ENV, format!("{task}:p{n}:{}", home.display()))
             .stdout(std::process::Stdio::piped());
             if let Some(id) = id {
-                cmd.env("CAJAGUARD_STORE_WORKER_ID", id.as_str());
+                cmd.env("CAJAGUARD_STORE_WORKER_ID", id.to_hex());
             }
             match url {
                 Some(url) => cmd.env(WORKER_PG_ENV, url),
@@ -449,21 +460,29 @@ fn crash_loop(home: &Path) {
         let checkout = format!("gid://fixture/Checkout/crash-{n}");
         store
             .gate(
+                &claimed(&store, &checkout),
                 &request(&checkout),
                 &quote(&checkout, 100),
-                &request_id(),
+                &request_digest(),
                 DAY,
                 NOW,
                 &mut |_, _| forward(100, Some(crash_nonce(n))),
                 &record(),
             )
             .unwrap();
-        let settled = cajaguard_core::settle::Settlement::Completed {
-            charged: 100,
-            mismatch: false,
-        };
+        let settled = cajaguard_core::settle::Settlement::Completed(Charge {
+            amount: 100,
+            currency: None,
+            differs: vec![],
+        });
         store
-            .settle(&checkout, &format!("key-{checkout}"), &settled, NOW)
+            .settle(
+                &checkout,
+                &format!("key-{checkout}"),
+                &settled,
+                ReleasedBy::Shop,
+                NOW,
+            )
             .unwrap();
         println!("\nCOMMITTED {n}");
     }

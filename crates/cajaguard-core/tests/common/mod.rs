@@ -11,6 +11,7 @@ use cajaguard_core::approval::{
 };
 use cajaguard_core::policy::{ConfigOrigin, Policy};
 use cajaguard_core::quote::Quote;
+use cajaguard_core::request::Instrument;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::macros::datetime;
@@ -148,12 +149,12 @@ pub fn untrusted_key() -> SigningKey {
 
 pub fn terms_for(
     quote: &Quote,
-    handler_ids: &[String],
+    instruments: &[Instrument],
     decision: Decision,
     issued_at: OffsetDateTime,
     ttl: Duration,
 ) -> ApprovalTerms {
-    let digest = BasketDigest::of(quote, handler_ids);
+    let digest = BasketDigest::of(quote, instruments);
     ApprovalTerms {
         request_id: digest.request_id(),
         digest,

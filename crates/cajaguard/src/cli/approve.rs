@@ -1,7 +1,6 @@
 //! `cajaguard approve <id>` and `cajaguard deny <id>`: re-read the checkout from the shop, refuse if
 //! it changed or is no longer ready, show it, ask the human on the terminal, and sign.
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -169,7 +168,7 @@ fn reread(policy: &cajaguard_core::policy::Policy, pending: &PendingRow) -> Resu
             "nothing was signed; the agent must start a new checkout",
         ));
     }
-    if BasketDigest::of(&quote, &pending.request.handler_ids) != pending.request.digest {
+    if BasketDigest::of(&quote, &pending.request.instruments) != pending.request.digest {
         return Err(Failure::refused(
             "the checkout changed since it was blocked (items, amounts, merchant or currency)",
             "nothing was signed; the agent's next attempt makes a new request to approve",
@@ -199,16 +198,17 @@ fn show(pending: &PendingRow, quote: &Quote, decision: Decision) {
     eprintln!("  amount:    {}", amount(quote.total));
     for line in &quote.line_items {
         eprintln!(
-            "  item:      {} x {} at {}",
+            "  item:      {} x {} [{}] at {}",
             line.quantity,
             printable(&line.title),
+            printable(&line.item_id),
             amount(line.unit_price)
         );
     }
     eprintln!(
         "  handlers:  {}",
         request
-            .handler_ids
+            .handler_ids()
             .iter()
             .map(|h| printable(h))
             .collect::<Vec<_>>()
@@ -216,44 +216,16 @@ fn show(pending: &PendingRow, quote: &Quote, decision: Decision) {
     );
 }
 
-/// Asks on the terminal itself, never on piped stdin: an agent that can write to our stdin must not
-/// be able to answer for the human.
+/// Asks the human (see `terminal::confirm`).
 fn confirm(decision: Decision, pending: &PendingRow) -> Result<(), Failure> {
-    let no_terminal = |e: std::io::Error| {
-        Failure::usage(
-            format!("no terminal to ask on ({e})"),
-            "run it in a terminal, or pass --yes to sign without asking",
-        )
-    };
-    let tty = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/tty")
-        .map_err(no_terminal)?;
-    let mut writer = tty.try_clone().map_err(no_terminal)?;
     let verb = if decision == Decision::Approve {
         "Approve"
     } else {
         "Deny"
     };
-    write!(
-        writer,
-        "{verb} {} to {}? [y/N] ",
+    super::terminal::confirm(&format!(
+        "{verb} {} to {}?",
         super::pending::amount(pending),
         printable(&pending.request.merchant)
-    )
-    .and_then(|()| writer.flush())
-    .map_err(no_terminal)?;
-    let mut answer = String::new();
-    BufReader::new(tty)
-        .read_line(&mut answer)
-        .map_err(no_terminal)?;
-    if matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
-        Ok(())
-    } else {
-        Err(Failure::refused(
-            "not signed: the answer was not yes",
-            "run it again to decide",
-        ))
-    }
+    ))
 }

@@ -3,10 +3,12 @@
 //! 0 done, 1 unexpected, 2 usage or config, 3 unknown id / not approved / checkout changed, 4 denied.
 
 mod approve;
+mod freeze;
 mod keygen;
 mod mcp;
 mod pending;
 mod status;
+mod terminal;
 mod verify;
 
 use std::ffi::OsString;
@@ -45,6 +47,10 @@ enum Command {
     Approve(approve::ApproveArgs),
     /// Re-read the checkout from the shop, show it, and sign a deny.
     Deny(approve::DenyArgs),
+    /// Stop every payment at once, on every process and host on the store.
+    Freeze(freeze::FreezeArgs),
+    /// Let payments through again: signed with the approver key, asked on the terminal.
+    Unfreeze(freeze::UnfreezeArgs),
 }
 
 #[derive(clap::Args)]
@@ -115,6 +121,8 @@ pub fn main() -> ExitCode {
         Command::Verify(args) => verify::run(&args.id, &args.config),
         Command::Approve(args) => approve::approve(&args),
         Command::Deny(args) => approve::deny(&args),
+        Command::Freeze(args) => freeze::freeze(&args),
+        Command::Unfreeze(args) => freeze::unfreeze(&args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

@@ -51,7 +51,7 @@ pub fn show(id: &str, config: &Path) -> Outcome {
     println!(
         "handlers:  {}",
         request
-            .handler_ids
+            .handler_ids()
             .iter()
             .map(|h| printable(h))
             .collect::<Vec<_>>()

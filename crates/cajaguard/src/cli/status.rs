@@ -27,6 +27,13 @@ pub fn run(args: &Args) -> Outcome {
         return Ok(0);
     }
     let text = |v: &serde_json::Value| v.as_str().unwrap_or("?").to_owned();
+    if let Some(frozen) = document["frozen"].as_object() {
+        println!(
+            "PAYMENTS FROZEN since {} ({}): `cajaguard unfreeze --config FILE` lifts it",
+            frozen.get("at").map(text).unwrap_or_default(),
+            super::printable(&frozen.get("reason").map(text).unwrap_or_default())
+        );
+    }
     println!(
         "mode: {}   window: {} h",
         text(&document["mode"]),

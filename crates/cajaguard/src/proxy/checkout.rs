@@ -33,6 +33,12 @@ pub fn quote_from_reply(
     };
     let result: Value = serde_json::from_str(result.get())
         .map_err(|_| unreadable("the shop's get_checkout answer is not JSON".into()))?;
+    quote_from_result(&result, checkout_id)
+}
+
+/// The shop's `get_checkout` `tools/call` result (already parsed), read strictly.
+pub fn quote_from_result(result: &Value, checkout_id: &str) -> Result<Quote, Ruling> {
+    let unreadable = |why: String| Ruling::new(Reason::CheckoutUnreadable, why);
     if result.get("isError").and_then(Value::as_bool) == Some(true) {
         return Err(unreadable(
             "the shop answered get_checkout with isError".into(),

@@ -1,20 +1,37 @@
-//! The gated path of `complete_checkout` (SPEC §4): precheck, read the checkout back from the shop,
-//! decide and reserve in one store transaction, forward the agent's bytes, settle.
+//! The gated path of `complete_checkout` (SPEC §4), as stages that each take what the one before
+//! produced and parse their input once:
+//!
+//! 1. frozen? precheck (tripwire, shape, fields) → [`CompleteRequest`]
+//! 2. claim the checkout in the store → [`Claim`] (nothing sent through CajaGuard can change the
+//!    basket from here until the payment settles)
+//! 3. read the checkout back from the shop → [`Quote`], digest once
+//! 4. decide and reserve in one store transaction → [`Permit`] (only the gate makes one)
+//! 5. forward the agent's bytes, which takes the permit
+//! 6. settle: release only on the shop's explicit word and a fresh read; compare a completion with
+//!    the quote, count what differs as charged, and freeze.
 
 use std::time::Instant;
 
 use cajaguard_core::approval::BasketDigest;
-use cajaguard_core::gate::{self, Effect, Facts, Reason, Ruling};
+use cajaguard_core::gate::{self, Facts, Reason, Ruling};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::CompleteRequest;
-use cajaguard_core::settle::{self, Settlement};
+use cajaguard_core::settle::{self, Charge, Completion, Reading, Settlement};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::checkout;
 use super::rawjson::{self, RawObject};
 use super::{Answer, Proxy, Reply, ShopError, refusal, shop_failure};
-use crate::store::AuditRecord;
+use crate::store::{AuditRecord, Claim, Conflict, Permit, ReleasedBy, StoreError};
+
+/// What the shop's answer to a forwarded payment comes to, before the fresh read a release needs.
+enum Heard {
+    Completed(Value),
+    /// The shop's explicit word that this attempt did not pay.
+    Refused,
+    Unknown,
+}
 
 impl Proxy {
     pub(super) fn complete_checkout(
@@ -25,6 +42,12 @@ impl Proxy {
     ) -> Answer {
         let started = Instant::now();
         let mut audit = self.audit_record(super::tools::GATED_TOOL);
+        // 0. Frozen: before anything reaches the shop (the gate reads it again in its transaction).
+        match self.store.frozen() {
+            Ok(None) => {}
+            Ok(Some(frozen)) => return self.refuse(&gate::frozen_ruling(&frozen), audit, started),
+            Err(e) => return self.refuse(&store_failed(&e), audit, started),
+        }
         match rawjson::find_duplicate_key(params.get()) {
             Ok(None) => {}
             Ok(Some(_)) | Err(_) => {
@@ -42,79 +65,84 @@ impl Proxy {
         };
         audit.checkout_id = Some(super::audit_text(&request.checkout_id));
         audit.idempotency_key = Some(super::audit_text(&request.idempotency_key));
+        let agent = arguments
+            .pointer("/meta/ucp-agent")
+            .cloned()
+            .unwrap_or(Value::Null);
 
-        let quote = match self.read_checkout(id, &request, arguments) {
-            Ok(quote) => quote,
+        let claim = match self.claim(&request, &agent) {
+            Ok(claim) => claim,
             Err(ruling) => return self.refuse(&ruling, audit, started),
+        };
+        let quote = match self.read_checkout(id, &request, &agent) {
+            Ok(quote) => quote,
+            Err(ruling) => {
+                self.abandon(claim);
+                return self.refuse(&ruling, audit, started);
+            }
         };
         audit.merchant = quote.merchant.clone();
         audit.currency = Some(super::audit_text(&quote.currency));
         audit.total = Some(quote.total);
+        let digest = BasketDigest::of(&quote, &request.instruments);
+        audit.request_id = Some(digest.request_id().as_str().to_owned());
 
-        let digest = BasketDigest::of(&quote, &request.handler_ids);
-        let request_id = digest.request_id();
-        audit.request_id = Some(request_id.as_str().to_owned());
-        let now = (self.clock)();
-        audit.at = now;
-        audit.latency = started.elapsed();
-        let mut decide = |ledger: &gate::LedgerView, approvals: &[gate::ApprovalCandidate]| {
-            let facts = Facts {
-                request: &request,
-                quote: &quote,
-                ledger,
-                approvals,
-                trusted_keys: &self.trusted,
-                now,
-            };
-            gate::decide(&self.policy, &facts)
-        };
-        let outcome = match self.store.gate(
-            &request,
-            &quote,
-            &request_id,
-            self.policy.window,
-            now,
-            &mut decide,
-            &audit,
-        ) {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                tracing::error!("store failed during the gate: {e}");
-                let ruling = Ruling::new(
-                    Reason::StoreUnavailable,
-                    format!("the CajaGuard store failed, so nothing was paid: {e}"),
-                );
+        let (ruling, permit) = match self.decide(&claim, &request, &quote, &digest, &audit, started)
+        {
+            Ok(decided) => decided,
+            Err(ruling) => {
+                self.abandon(claim);
                 return self.refuse(&ruling, audit, started);
             }
         };
-        if let Effect::Refuse { .. } = outcome.effect {
-            return refusal(&outcome.ruling);
-        }
+        let Some(permit) = permit else {
+            return refusal(&ruling);
+        };
+        self.pay(id, params, permit, &ruling, &quote, &agent, &audit, started)
+    }
 
-        let answer = self.shop_request(id, "tools/call", params.get());
-        let settlement = match &answer {
-            Ok(Reply::Result(result)) => match serde_json::from_str::<Value>(result.get()) {
-                Ok(value) => settle::classify(Ok(&value), quote.total),
-                Err(_) => Settlement::Unknown,
-            },
-            Ok(Reply::Error(_)) => settle::classify(Err(false), quote.total),
-            Err(e) => settle::classify(Err(e.outcome_unknown()), quote.total),
-        };
-        // A retry rides on an earlier attempt whose outcome is unknown: the shop's refusal of the
-        // retry (an idempotency conflict, "already in progress", a crash) says nothing about that
-        // first attempt, which may have charged. Only a completion ends it; anything else keeps
-        // the reservation until reconciliation reads the checkout (SPEC §4.13: counted once).
-        let settlement = match (&outcome.effect, settlement) {
-            (Effect::Retry, Settlement::Released) => Settlement::Unknown,
-            (_, settlement) => settlement,
-        };
-        self.record_settlement(&request, &quote, &settlement, &audit, started);
-        match answer {
-            Ok(Reply::Result(result)) => {
-                Answer::Result(with_verdict(result.get(), &outcome.ruling))
+    /// Step 3a. A conflict with a payment in flight under another key is reconciled once from the
+    /// shop (it may have ended) before the call is refused.
+    fn claim(&self, request: &CompleteRequest, agent: &Value) -> Result<Claim, Ruling> {
+        let orphan_after = self.stale_after();
+        for attempt in 0..2 {
+            let now = (self.clock)();
+            match self.store.claim(
+                &request.checkout_id,
+                &request.idempotency_key,
+                now,
+                orphan_after,
+            ) {
+                Ok(Ok(claim)) => return Ok(claim),
+                Ok(Err(Conflict::UpdateInFlight)) => {
+                    return Err(Ruling::new(
+                        Reason::PaymentInFlight,
+                        "an update or cancel of this checkout is on its way to the shop; pay once it is answered",
+                    ));
+                }
+                Ok(Err(Conflict::PaymentInFlight)) if attempt == 0 => {
+                    self.reconcile_checkout(&request.checkout_id, agent);
+                }
+                Ok(Err(Conflict::PaymentInFlight)) => {
+                    return Err(Ruling::new(
+                        Reason::PaymentInFlight,
+                        "another payment of this checkout is in flight and its outcome is not known yet; \
+                         retry with that payment's idempotency key, or wait until it is settled",
+                    ));
+                }
+                Err(e) => return Err(store_failed(&e)),
             }
-            Ok(Reply::Error(error)) => Answer::ShopError(error),
-            Err(e) => unknown_outcome(&outcome.ruling, &e),
+        }
+        Err(Ruling::new(
+            Reason::PaymentInFlight,
+            "the checkout is claimed by another payment",
+        ))
+    }
+
+    fn abandon(&self, claim: Claim) {
+        if let Err(e) = self.store.abandon(claim) {
+            // The claim ends once it looks abandoned; nothing was forwarded under it.
+            tracing::warn!("claim not ended, it lapses on its own: {e}");
         }
     }
 
@@ -124,25 +152,138 @@ impl Proxy {
         &self,
         id: &RawValue,
         request: &CompleteRequest,
-        arguments: &Value,
+        agent: &Value,
     ) -> Result<Quote, Ruling> {
-        let agent = arguments
-            .pointer("/meta/ucp-agent")
-            .cloned()
-            .unwrap_or(Value::Null);
-        let params = checkout::get_checkout_params(&agent, &request.checkout_id);
-        let reply = self.shop_request(id, "tools/call", &params);
-        if let Ok(Reply::Result(raw)) = &reply
-            && let Ok(result) = serde_json::from_str::<Value>(raw.get())
-        {
-            self.reconcile_at_hand(request, &result, &agent);
+        let params = checkout::get_checkout_params(agent, &request.checkout_id);
+        let result = match self.shop_request(id, "tools/call", &params) {
+            Ok(Reply::Result(raw)) => serde_json::from_str::<Value>(raw.get()).map_err(|_| {
+                Ruling::new(
+                    Reason::CheckoutUnreadable,
+                    "the shop's get_checkout answer is not JSON",
+                )
+            })?,
+            other => return checkout::quote_from_reply(other, &request.checkout_id),
+        };
+        self.reconcile_at_hand(request, &result, agent);
+        checkout::quote_from_result(&result, &request.checkout_id)
+    }
+
+    /// Steps 0 and 5-12 in one store transaction. `Err`: nothing was decided (the store failed or
+    /// the claim was lost); the caller abandons the claim.
+    fn decide(
+        &self,
+        claim: &Claim,
+        request: &CompleteRequest,
+        quote: &Quote,
+        digest: &BasketDigest,
+        audit: &AuditRecord,
+        started: Instant,
+    ) -> Result<(Ruling, Option<Permit>), Ruling> {
+        let now = (self.clock)();
+        let mut audit = audit.clone();
+        audit.at = now;
+        audit.latency = started.elapsed();
+        let mut decide = |ledger: &gate::LedgerView, approvals: &[gate::ApprovalCandidate]| {
+            gate::decide(
+                &self.policy,
+                &Facts {
+                    request,
+                    quote,
+                    digest,
+                    ledger,
+                    approvals,
+                    trusted_keys: &self.trusted,
+                    now,
+                },
+            )
+        };
+        match self.store.gate(
+            claim,
+            request,
+            quote,
+            digest,
+            self.policy.window,
+            now,
+            &mut decide,
+            &audit,
+        ) {
+            Ok(gated) => Ok((gated.outcome.ruling, gated.permit)),
+            Err(StoreError::ClaimLost) => Err(Ruling::new(
+                Reason::PaymentInFlight,
+                "another attempt took over this checkout's claim before the gate decided; nothing was forwarded",
+            )),
+            Err(e) => {
+                tracing::error!("store failed during the gate: {e}");
+                Err(store_failed(&e))
+            }
         }
-        checkout::quote_from_reply(reply, &request.checkout_id)
+    }
+
+    /// Step 12-13: forwards the agent's exact bytes and settles from the answer. Taking the
+    /// [`Permit`] is what makes this the only way a payment reaches the shop.
+    #[allow(clippy::too_many_arguments)]
+    fn pay(
+        &self,
+        id: &RawValue,
+        params: &RawValue,
+        permit: Permit,
+        ruling: &Ruling,
+        quote: &Quote,
+        agent: &Value,
+        audit: &AuditRecord,
+        started: Instant,
+    ) -> Answer {
+        let answer = self.shop_request(id, "tools/call", params.get());
+        let heard = match &answer {
+            Ok(Reply::Result(raw)) => match serde_json::from_str::<Value>(raw.get()) {
+                Ok(result) => match settle::read_completion(&result) {
+                    Completion::Completed(checkout) => Heard::Completed(checkout),
+                    Completion::Refused => Heard::Refused,
+                    Completion::Unknown => Heard::Unknown,
+                },
+                Err(_) => Heard::Unknown,
+            },
+            Ok(Reply::Error(_)) => Heard::Refused,
+            // A request that never reached the shop (refused connection, 401, a forgotten
+            // session it did not process) did not pay; anything after it was written may have.
+            Err(e) if !e.outcome_unknown() => Heard::Refused,
+            Err(_) => Heard::Unknown,
+        };
+        let settlement = match heard {
+            Heard::Completed(checkout) => Settlement::Completed(settle::charge(quote, &checkout)),
+            Heard::Refused => self.confirm_not_paid(&permit, quote, agent),
+            Heard::Unknown => Settlement::Unknown,
+        };
+        self.record_settlement(&permit, quote, &settlement, audit, started);
+        match answer {
+            Ok(Reply::Result(result)) => {
+                Answer::Result(with_verdict(result.get(), ruling, &settlement))
+            }
+            Ok(Reply::Error(error)) => Answer::ShopError(error),
+            Err(e) => unknown_outcome(ruling, &e),
+        }
+    }
+
+    /// SPEC §4.13: before a release, the checkout is read once more; an earlier attempt that
+    /// landed makes it `completed`, and then the spend is counted instead. A retry's refusal says
+    /// nothing about the attempt it retries, so it never releases.
+    fn confirm_not_paid(&self, permit: &Permit, quote: &Quote, agent: &Value) -> Settlement {
+        let params = checkout::get_checkout_params(agent, permit.checkout_id());
+        let reading = match self.shop.request("tools/call", Some(&params), &mut |_| {}) {
+            Ok(Reply::Result(raw)) => serde_json::from_str::<Value>(raw.get())
+                .map_or(Reading::Unknown, |result| settle::read_checkout(&result)),
+            _ => Reading::Unknown,
+        };
+        match reading {
+            Reading::Completed(checkout) => Settlement::Completed(settle::charge(quote, &checkout)),
+            Reading::Open if !permit.is_retry() => Settlement::Released,
+            Reading::Open | Reading::Unknown => Settlement::Unknown,
+        }
     }
 
     fn record_settlement(
         &self,
-        request: &CompleteRequest,
+        permit: &Permit,
         quote: &Quote,
         settlement: &Settlement,
         decided: &AuditRecord,
@@ -150,40 +291,55 @@ impl Proxy {
     ) {
         let now = (self.clock)();
         if let Err(e) = self.store.settle(
-            &request.checkout_id,
-            &request.idempotency_key,
+            permit.checkout_id(),
+            permit.idempotency_key(),
             settlement,
+            ReleasedBy::Shop,
             now,
         ) {
-            // The reservation stays in flight: the spend still counts (fail closed).
+            // The reservation and the claim stay: the spend still counts (fail closed).
             tracing::error!("settlement not recorded, the reservation stays: {e}");
         }
         let (reason, note) = match settlement {
-            Settlement::Completed {
-                charged,
-                mismatch: true,
-            } => (
-                "completed",
-                Some(format!(
-                    "the shop charged {charged} minor units, more than the {} quoted",
-                    quote.total
-                )),
+            Settlement::Completed(charge) if charge.differs() => (
+                "charged_differs",
+                Some(differs_note(charge, quote.total, &quote.currency)),
             ),
-            Settlement::Completed { .. } => ("completed", None),
+            Settlement::Completed(_) => ("completed", None),
             Settlement::Released => ("released", None),
             Settlement::Unknown => (
                 "outcome_unknown",
-                Some("the reservation stays until the outcome is known".into()),
+                Some("the reservation and the claim stay until the outcome is known".into()),
             ),
         };
         let mut record = decided.clone();
         record.at = now;
         record.verdict = "settled".into();
         record.reason = reason.into();
-        record.note = note;
+        record.note = note.clone();
         record.latency = started.elapsed();
         if let Err(e) = self.store.audit(&record) {
             tracing::error!("audit record not written: {e}");
+        }
+        if let Settlement::Completed(charge) = settlement
+            && charge.differs()
+        {
+            self.freeze_for(&format!(
+                "charged_differs on {}: {}",
+                super::audit_text(permit.checkout_id()),
+                charge.differs.join(", ")
+            ));
+        }
+    }
+
+    /// Freezes payments because CajaGuard saw something a human must look at.
+    pub(super) fn freeze_for(&self, reason: &str) {
+        let mut record = self.audit_record("cajaguard_freeze");
+        record.verdict = "frozen".into();
+        record.reason = "charged_differs".into();
+        record.note = Some(reason.to_owned());
+        if let Err(e) = self.store.freeze(reason, (self.clock)(), &record) {
+            tracing::error!("payments could not be frozen after a differing charge: {e}");
         }
     }
 
@@ -203,12 +359,40 @@ impl Proxy {
     }
 }
 
+fn store_failed(e: &StoreError) -> Ruling {
+    Ruling::new(
+        Reason::StoreUnavailable,
+        format!("the CajaGuard store failed, so nothing was paid: {e}"),
+    )
+}
+
+fn differs_note(charge: &Charge, quoted: i64, quoted_currency: &str) -> String {
+    format!(
+        "the completed checkout differs from the quote in {}: charged {} minor units of {}, quoted {quoted} {quoted_currency}; payments are frozen",
+        charge.differs.join(", "),
+        charge.amount,
+        charge
+            .currency
+            .as_deref()
+            .map_or_else(|| quoted_currency.to_owned(), super::audit_text),
+    )
+}
+
 /// The shop's result unchanged but for `_meta.cajaguard`.
-fn with_verdict(result: &str, ruling: &Ruling) -> String {
+fn with_verdict(result: &str, ruling: &Ruling, settlement: &Settlement) -> String {
     let Some(mut object) = RawObject::parse(result) else {
         return result.to_owned();
     };
-    let verdict = verdict_meta(ruling);
+    let mut verdict = verdict_meta(ruling);
+    if let Settlement::Completed(charge) = settlement
+        && charge.differs()
+    {
+        verdict["mismatch"] = serde_json::json!({
+            "fields": charge.differs,
+            "charged_minor": charge.amount,
+            "frozen": true,
+        });
+    }
     let mut meta = object
         .get("_meta")
         .and_then(|meta| RawObject::parse(meta.get()))

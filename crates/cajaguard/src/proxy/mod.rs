@@ -355,7 +355,12 @@ impl Proxy {
         let Ok(call) = serde_json::from_str::<Call>(params.get()) else {
             return false;
         };
-        if call.name == tools::GATED_TOOL || !tools::is_ucp_tool(&call.name) {
+        // The gated tool and the ones that change a checkout (they take a lease in the store)
+        // take the ordinary path.
+        if call.name == tools::GATED_TOOL
+            || tools::changes_checkout(&call.name)
+            || !tools::is_ucp_tool(&call.name)
+        {
             return false;
         }
         let arguments = call.arguments.unwrap_or(serde_json::Value::Null);
@@ -441,11 +446,15 @@ impl Proxy {
         match call.name.as_str() {
             tools::STATUS_TOOL => self.status_tool(),
             tools::APPROVAL_STATUS_TOOL => self.approval_status_tool(&arguments),
+            tools::FREEZE_TOOL => self.freeze_tool(&arguments),
             tools::GATED_TOOL => self.complete_checkout(id, params, &arguments),
             name if tools::is_ucp_tool(name) && self.shop_offers(name) => {
                 if let Some(ruling) = gate::tripwire_ruling(&self.policy, &arguments) {
                     self.audit_refusal(&call.name, &ruling);
                     return refusal(&ruling);
+                }
+                if tools::changes_checkout(name) {
+                    return self.forward_update(id, name, params.get(), &arguments);
                 }
                 self.forward(id, params.get())
             }
@@ -470,6 +479,85 @@ impl Proxy {
             Ok(Reply::Result(result)) => Answer::Result(result.get().to_owned()),
             Ok(Reply::Error(error)) => Answer::ShopError(error),
             Err(e) => shop_failure(&e),
+        }
+    }
+
+    /// `update_checkout` / `cancel_checkout` (SPEC §4 step 3a): refused while a payment holds the
+    /// checkout, and holding a lease in the store while on its way, so that no payment reads the
+    /// checkout back while this call could still change it.
+    fn forward_update(
+        &self,
+        id: &RawValue,
+        tool: &str,
+        params: &str,
+        arguments: &serde_json::Value,
+    ) -> Answer {
+        let Some(checkout_id) = arguments.get("id").and_then(|v| v.as_str()) else {
+            // Names no checkout: the shop refuses it without changing one.
+            return self.forward(id, params);
+        };
+        let lasts = self.stale_after();
+        let lease = match self.store.begin_update(
+            checkout_id,
+            (self.clock)(),
+            lasts,
+            self.stale_after(),
+        ) {
+            Ok(Ok(lease)) => lease,
+            Ok(Err(_)) => {
+                let ruling = Ruling::new(
+                    Reason::PaymentInFlight,
+                    format!(
+                        "a payment of this checkout is in flight; {tool} is refused until it is settled, so the basket the shop completes is the basket the gate checked"
+                    ),
+                );
+                self.audit_refusal(tool, &ruling);
+                return refusal(&ruling);
+            }
+            Err(e) => {
+                let ruling = Ruling::new(
+                    Reason::StoreUnavailable,
+                    format!("the CajaGuard store failed, so {tool} was not forwarded: {e}"),
+                );
+                self.audit_refusal(tool, &ruling);
+                return refusal(&ruling);
+            }
+        };
+        let reply = self.shop_request(id, "tools/call", params);
+        // An update whose answer never came may still be applied by the shop: its lease then
+        // lapses on its own, after any live call on it has given up.
+        if !matches!(&reply, Err(e) if e.outcome_unknown())
+            && let Err(e) = self.store.end_update(lease)
+        {
+            tracing::warn!("update lease not ended, it lapses on its own: {e}");
+        }
+        match reply {
+            Ok(Reply::Result(result)) => Answer::Result(result.get().to_owned()),
+            Ok(Reply::Error(error)) => Answer::ShopError(error),
+            Err(e) => shop_failure(&e),
+        }
+    }
+
+    /// `cajaguard_freeze`: an agent may stop payments; nothing an agent calls starts them again.
+    fn freeze_tool(&self, arguments: &serde_json::Value) -> Answer {
+        let reason = arguments
+            .get("reason")
+            .and_then(|v| v.as_str())
+            .map(audit_text)
+            .unwrap_or_else(|| "frozen by the agent".to_owned());
+        let mut record = self.audit_record(tools::FREEZE_TOOL);
+        record.verdict = "frozen".into();
+        record.reason = "frozen_by_agent".into();
+        record.note = Some(reason.clone());
+        match self.store.freeze(&reason, (self.clock)(), &record) {
+            Ok(frozen) => tool_result(
+                &serde_json::json!({
+                    "frozen": { "at": frozen.stamp(), "reason": frozen.reason },
+                    "next": "a human runs `cajaguard unfreeze --config FILE` to let payments through again",
+                }),
+                false,
+            ),
+            Err(e) => tool_result(&serde_json::json!({"error": e.to_string()}), true),
         }
     }
 

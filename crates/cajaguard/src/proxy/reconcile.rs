@@ -23,7 +23,7 @@ use time::OffsetDateTime;
 
 use super::checkout;
 use super::{Proxy, Reply};
-use crate::store::{AuditRecord, InFlight};
+use crate::store::{AuditRecord, InFlight, ReleasedBy};
 
 /// The UCP agent identity CajaGuard uses when it reads a checkout back on its own account.
 const RECONCILER_PROFILE: &str = "https://cajaguard.invalid/profiles/reconciler.json";
@@ -59,8 +59,21 @@ impl Proxy {
                     return;
                 }
             };
+            // Reservations released as stale may still have been completed by a slow shop: read
+            // them again within the window, and count the ones that were (a release never applies
+            // to them twice: `settle` ignores a release of a released row).
+            let released = if pass == 0 {
+                self.store
+                    .released_by_reconcile(self.policy.window, (self.clock)())
+                    .unwrap_or_else(|e| {
+                        tracing::warn!("cannot list released reservations to revisit them: {e}");
+                        Vec::new()
+                    })
+            } else {
+                Vec::new()
+            };
             young = false;
-            for row in rows {
+            for row in rows.into_iter().chain(released) {
                 let now = (self.clock)();
                 let stale = self.is_stale(&row, now);
                 young |= !stale;
@@ -107,6 +120,29 @@ impl Proxy {
         self.settle_from_reading(&row, result, agent, may_release);
     }
 
+    /// Before a payment is refused because another one of its checkout is in flight: one fresh
+    /// read of the checkout, which may show that payment ended (completed, or open and stale).
+    pub(super) fn reconcile_checkout(&self, checkout_id: &str, agent: &Value) {
+        let row = match self.store.in_flight_of(checkout_id) {
+            Ok(Some(row)) => row,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!("cannot read the reservation in flight: {e}");
+                return;
+            }
+        };
+        let params = checkout::get_checkout_params(agent, checkout_id);
+        let Ok(Reply::Result(raw)) = self.shop.request("tools/call", Some(&params), &mut |_| {})
+        else {
+            return;
+        };
+        let Ok(result) = serde_json::from_str::<Value>(raw.get()) else {
+            return;
+        };
+        let stale = self.is_stale(&row, (self.clock)());
+        self.settle_from_reading(&row, &result, agent, stale);
+    }
+
     /// Reads the shop's answer for `row` and records what it says; a release only when `may_release`.
     fn settle_from_reading(
         &self,
@@ -121,7 +157,7 @@ impl Proxy {
             .and_then(|order_id| self.order_total(agent, &order_id));
         let settlement = settle::reconcile(result, order_total, row.total);
         let applies = match settlement {
-            Settlement::Completed { .. } => true,
+            Settlement::Completed(_) => true,
             Settlement::Released => may_release,
             Settlement::Unknown => false,
         };
@@ -129,20 +165,23 @@ impl Proxy {
             return;
         }
         let now = (self.clock)();
-        if let Err(e) = self
-            .store
-            .settle(&row.checkout_id, &row.idempotency_key, &settlement, now)
-        {
+        if let Err(e) = self.store.settle(
+            &row.checkout_id,
+            &row.idempotency_key,
+            &settlement,
+            ReleasedBy::Reconcile,
+            now,
+        ) {
             tracing::error!("reconciliation not recorded, the reservation stays: {e}");
             return;
         }
         let (reason, note) = match &settlement {
-            Settlement::Completed { charged, mismatch } => (
+            Settlement::Completed(charge) => (
                 "reconciled_completed",
-                mismatch.then(|| {
+                charge.differs().then(|| {
                     format!(
-                        "the shop charged {charged} minor units, more than the {} reserved",
-                        row.total
+                        "the shop charged {} minor units, more than the {} reserved; payments are frozen",
+                        charge.amount, row.total
                     )
                 }),
             ),
@@ -165,6 +204,14 @@ impl Proxy {
         if let Err(e) = self.store.audit(&record) {
             tracing::error!("audit record not written: {e}");
         }
+        if let Settlement::Completed(charge) = &settlement
+            && charge.differs()
+        {
+            self.freeze_for(&format!(
+                "charged_differs on {}: the shop charged more than reserved",
+                super::audit_text(&row.checkout_id)
+            ));
+        }
     }
 
     /// The single total of the order a completed checkout names, if the shop can tell.
@@ -186,7 +233,7 @@ impl Proxy {
     }
 
     /// Twice the downstream timeout: by then a live proxy that reserved has settled or given up.
-    fn stale_after(&self) -> Duration {
+    pub(super) fn stale_after(&self) -> Duration {
         self.shop.timeout().saturating_mul(2)
     }
 

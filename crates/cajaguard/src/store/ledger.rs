@@ -16,7 +16,7 @@ use cajaguard_core::gate::{CheckoutLedger, LedgerView};
 use cajaguard_core::settle::Settlement;
 use time::OffsetDateTime;
 
-use super::tx::{LedgerRow, Reservation, State, Tx};
+use super::tx::{LedgerRow, ReleasedBy, Reservation, State, Tx};
 use super::{StoreError, micros};
 
 const SECONDS_PER_HOUR: i64 = 3600;
@@ -64,6 +64,10 @@ pub(super) fn view(
             match row.state {
                 State::Released => CheckoutLedger::Fresh,
                 State::InFlight => CheckoutLedger::InFlight {
+                    digest: row
+                        .digest
+                        .as_deref()
+                        .and_then(cajaguard_core::approval::BasketDigest::from_hex),
                     idempotency_key: row.idempotency_key,
                     total: row.reserved,
                 },
@@ -76,6 +80,7 @@ pub(super) fn view(
     Ok(LedgerView {
         window_spent,
         checkout,
+        frozen: super::freeze::current(tx)?,
     })
 }
 
@@ -128,13 +133,17 @@ pub(super) fn check_retry(
     }
 }
 
+/// Ends the checkout's reservation as `settlement` says, and with it the checkout's claim
+/// (SPEC §4 step 3a: a claim lasts until the payment settles; an unknown outcome keeps both).
 pub(super) fn settle(
     tx: &mut dyn Tx,
     checkout_id: &str,
     idempotency_key: &str,
     settlement: &Settlement,
+    released_by: ReleasedBy,
     now: OffsetDateTime,
 ) -> Result<(), StoreError> {
+    tx.lock_checkout(checkout_id)?;
     let Some(row) = tx.ledger_row(checkout_id)? else {
         tracing::warn!(
             checkout_id,
@@ -150,19 +159,30 @@ pub(super) fn settle(
         return Ok(());
     }
     match (settlement, row.state) {
-        (Settlement::Unknown, _) => {}
-        (Settlement::Completed { charged, .. }, State::InFlight | State::Released) => {
+        (Settlement::Unknown, _) => return Ok(()),
+        (Settlement::Completed(charge), State::InFlight | State::Released) => {
             // Released then completed: the shop charged after all, so the spend counts again.
             let in_flight = if row.state == State::InFlight {
                 -row.reserved
             } else {
                 0
             };
-            tx.bump(&row.currency, row.hour, *charged, in_flight)?;
-            tx.mark_settled(checkout_id, *charged, micros(now))?;
+            match charge.currency.as_deref() {
+                Some(charged_in) if charged_in != row.currency => {
+                    // Charged in another currency: the reservation leaves its currency's window and
+                    // the charge counts in the charged one, in the same hour.
+                    tx.bump(&row.currency, row.hour, 0, in_flight)?;
+                    tx.bump(charged_in, row.hour, charge.amount, 0)?;
+                    tx.mark_settled(checkout_id, charge.amount, charged_in, micros(now))?;
+                }
+                _ => {
+                    tx.bump(&row.currency, row.hour, charge.amount, in_flight)?;
+                    tx.mark_settled(checkout_id, charge.amount, &row.currency, micros(now))?;
+                }
+            }
         }
-        (Settlement::Completed { charged, .. }, State::Settled) => {
-            if Some(*charged) != row.charged {
+        (Settlement::Completed(charge), State::Settled) => {
+            if Some(charge.amount) != row.charged {
                 tracing::warn!(
                     checkout_id,
                     "a second, different completion for a settled checkout; kept the first"
@@ -171,7 +191,7 @@ pub(super) fn settle(
         }
         (Settlement::Released, State::InFlight) => {
             tx.bump(&row.currency, row.hour, 0, -row.reserved)?;
-            tx.mark_released(checkout_id, micros(now))?;
+            tx.mark_released(checkout_id, micros(now), released_by)?;
         }
         (Settlement::Released, State::Settled) => {
             tracing::warn!(
@@ -181,7 +201,11 @@ pub(super) fn settle(
         }
         (Settlement::Released, State::Released) => {}
     }
-    Ok(())
+    // Only this payment's claim: another attempt may have claimed the checkout since a release.
+    match tx.claim_get(checkout_id)? {
+        Some(claim) if claim.idempotency_key == idempotency_key => tx.claim_delete(checkout_id),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@
 
 mod approvals;
 mod audit;
+mod claims;
+mod freeze;
 mod ledger;
 mod pending;
 mod postgres;
@@ -26,7 +28,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cajaguard_core::approval::{ApprovalDocument, RequestId, TrustedKeys};
+use cajaguard_core::approval::{ApprovalDocument, BasketDigest, RequestId, TrustedKeys};
+use cajaguard_core::freeze::{Frozen, VerifiedUnfreeze};
 use cajaguard_core::gate::{ApprovalCandidate, Effect, LedgerView, Outcome, PendingRequest};
 use cajaguard_core::policy::{Policy, StoreConfig, StoreUrl};
 use cajaguard_core::quote::Quote;
@@ -34,7 +37,9 @@ use cajaguard_core::request::CompleteRequest;
 use cajaguard_core::settle::Settlement;
 use time::OffsetDateTime;
 
+pub use self::claims::Conflict;
 pub use self::postgres::CONNECT_TIMEOUT;
+pub use self::tx::ReleasedBy;
 pub use sqlite::schema::{BUSY_TIMEOUT, DB_FILE};
 
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +99,18 @@ pub enum StoreError {
         found: i64,
         known: i64,
     },
+    /// The payment's claim on its checkout was taken over (it had looked abandoned) before the gate
+    /// decided. Nothing was applied or forwarded; the payment may be sent again.
+    #[error(
+        "this payment's claim on the checkout was taken over by another attempt before the gate decided; nothing was forwarded, send it again"
+    )]
+    ClaimLost,
+    /// An unfreeze names a freeze that is no longer the one in force (already lifted, or frozen
+    /// again since). Nothing was changed.
+    #[error(
+        "the unfreeze names a freeze that is not the one in force; run `cajaguard status` and unfreeze again"
+    )]
+    NotThatFreeze,
     /// The database holds something that cannot be (a bad value, or an effect that contradicts the
     /// ledger). Nothing was applied; the call was refused.
     #[error(
@@ -183,6 +200,60 @@ pub struct InFlight {
     pub total: i64,
     /// When the payment was last forwarded: the reservation, or a later retry of it.
     pub reserved_at: OffsetDateTime,
+}
+
+/// A payment's claim on its checkout (SPEC §4 step 3a), made by [`Store::claim`] and handed to
+/// [`Store::gate`]. Its holder ends it with [`Store::abandon`] when it forwards nothing.
+#[derive(Debug)]
+#[must_use = "a claim left alone blocks its checkout until it looks abandoned"]
+pub struct Claim {
+    checkout_id: String,
+    idempotency_key: String,
+    retry: bool,
+}
+
+impl Claim {
+    /// The claim rides on this payment's reservation in flight: the call is a retry.
+    pub fn is_retry(&self) -> bool {
+        self.retry
+    }
+}
+
+/// Leave to forward one `complete_checkout`. Only [`Store::gate`] makes one, and only after it
+/// committed (and made durable) a reservation or a retry of one; forwarding a payment takes it, so
+/// no path can reach the shop without the gate.
+#[derive(Debug)]
+pub struct Permit {
+    checkout_id: String,
+    idempotency_key: String,
+    retry: bool,
+}
+
+impl Permit {
+    pub fn checkout_id(&self) -> &str {
+        &self.checkout_id
+    }
+    pub fn idempotency_key(&self) -> &str {
+        &self.idempotency_key
+    }
+    /// A retry of a payment whose first outcome is unknown: its refusal says nothing about the first.
+    pub fn is_retry(&self) -> bool {
+        self.retry
+    }
+}
+
+/// What [`Store::gate`] decided, with the permit when the payment may go out.
+#[derive(Debug)]
+pub struct Gated {
+    pub outcome: Outcome,
+    pub permit: Option<Permit>,
+}
+
+/// An update or cancel of a checkout on its way to the shop; end it with [`Store::end_update`].
+#[derive(Debug)]
+#[must_use = "a lease left alone blocks payments of its checkout until it expires"]
+pub struct Lease {
+    lease_id: String,
 }
 
 /// The store named by the config. `Send + Sync`: share it behind an `Arc`; calls serialize on one
@@ -301,28 +372,51 @@ impl Store {
     /// before), and its merchant, currency, total, request id, idempotency key and checkout id from
     /// the inputs where `audit` leaves them empty. Its latency is `audit.latency` plus the time spent
     /// in here up to the write.
+    ///
+    /// The payment must still hold `claim` ([`StoreError::ClaimLost`] otherwise). A refusal ends
+    /// the claim in the same transaction (unless it belongs to a reservation in flight); a
+    /// forward keeps it until the settlement, and comes with the [`Permit`].
     #[allow(clippy::too_many_arguments)]
     pub fn gate(
         &self,
+        claim: &Claim,
         request: &CompleteRequest,
         quote: &Quote,
-        request_id: &RequestId,
+        digest: &BasketDigest,
         window: Duration,
         now: OffsetDateTime,
         decide: &mut dyn FnMut(&LedgerView, &[ApprovalCandidate]) -> Outcome,
         audit: &AuditRecord,
-    ) -> Result<Outcome, StoreError> {
+    ) -> Result<Gated, StoreError> {
         let started = Instant::now();
+        let request_id = &digest.request_id();
+        let digest_hex = digest.to_hex();
+        if claim.checkout_id != request.checkout_id
+            || claim.idempotency_key != request.idempotency_key
+        {
+            return Err(StoreError::Inconsistent(
+                "the gate was given the claim of another payment".into(),
+            ));
+        }
         let outcome = self.write(&mut |tx| {
             tx.lock_currency(&quote.currency)?;
+            tx.lock_checkout(&request.checkout_id)?;
             let view = ledger::view(tx, &quote.currency, &request.checkout_id, window, now)?;
             let candidates = approvals::candidates(tx, request_id)?;
             let outcome = decide(&view, &candidates);
+            // Nothing goes out without the claim: another attempt may have taken over one that
+            // looked abandoned. (A refusal needs none: a settlement may have ended it just now.)
+            if !matches!(outcome.effect, Effect::Refuse { .. })
+                && !claims::held(tx, &request.checkout_id, &request.idempotency_key)?
+            {
+                return Err(StoreError::ClaimLost);
+            }
             match &outcome.effect {
                 Effect::Forward {
                     currency,
                     total,
                     merchant,
+                    digest: _,
                     use_approval_nonce,
                 } => {
                     if *currency != quote.currency {
@@ -341,6 +435,7 @@ impl Store {
                             merchant,
                             currency,
                             total: *total,
+                            digest: &digest_hex,
                         },
                         now,
                     )?;
@@ -351,10 +446,12 @@ impl Store {
                 Effect::Retry => {
                     ledger::check_retry(tx, &request.checkout_id, &request.idempotency_key, now)?
                 }
-                Effect::Refuse {
-                    pending: Some(pending),
-                } => tx.upsert_pending(pending, micros(now))?,
-                Effect::Refuse { pending: None } => {}
+                Effect::Refuse { pending } => {
+                    if let Some(pending) = pending {
+                        tx.upsert_pending(pending, micros(now))?;
+                    }
+                    claims::end_unreserved(tx, &request.checkout_id, &request.idempotency_key)?;
+                }
             }
             let mut record = audit.clone();
             record.verdict = outcome.ruling.verdict.as_str().to_owned();
@@ -380,23 +477,152 @@ impl Store {
         if let (Effect::Forward { .. }, Backend::Sqlite(db)) = (&outcome.effect, &self.backend) {
             db.sync_wal()?;
         }
-        Ok(outcome)
+        let permit = match outcome.effect {
+            Effect::Forward { .. } | Effect::Retry => Some(Permit {
+                checkout_id: request.checkout_id.clone(),
+                idempotency_key: request.idempotency_key.clone(),
+                retry: matches!(outcome.effect, Effect::Retry),
+            }),
+            Effect::Refuse { .. } => None,
+        };
+        Ok(Gated { outcome, permit })
+    }
+
+    /// Claims `checkout_id` for the payment with `idempotency_key` before its checkout is read back
+    /// (SPEC §4 step 3a). `orphan_after`: how old a claim without a reservation must be before it
+    /// counts as abandoned (longer than any live holder takes to read and decide).
+    pub fn claim(
+        &self,
+        checkout_id: &str,
+        idempotency_key: &str,
+        now: OffsetDateTime,
+        orphan_after: Duration,
+    ) -> Result<Result<Claim, Conflict>, StoreError> {
+        let claimed = self
+            .write(&mut |tx| claims::claim(tx, checkout_id, idempotency_key, now, orphan_after))?;
+        Ok(claimed.map(|retry| Claim {
+            checkout_id: checkout_id.to_owned(),
+            idempotency_key: idempotency_key.to_owned(),
+            retry,
+        }))
+    }
+
+    /// Ends a claim under which nothing was forwarded (the checkout could not be read, the store
+    /// failed before the gate decided). A claim that belongs to a reservation in flight stays.
+    pub fn abandon(&self, claim: Claim) -> Result<(), StoreError> {
+        self.write(&mut |tx| claims::end_unreserved(tx, &claim.checkout_id, &claim.idempotency_key))
+    }
+
+    /// An update or cancel of `checkout_id` may go to the shop unless a payment holds it; the lease
+    /// keeps payments of it off until [`Store::end_update`] or `now + lasts`.
+    pub fn begin_update(
+        &self,
+        checkout_id: &str,
+        now: OffsetDateTime,
+        lasts: Duration,
+        orphan_after: Duration,
+    ) -> Result<Result<Lease, Conflict>, StoreError> {
+        let mut random = [0u8; 16];
+        getrandom::fill(&mut random).map_err(|e| {
+            StoreError::Inconsistent(format!("no randomness for an update lease: {e}"))
+        })?;
+        let lease_id = hex::encode(random);
+        let expires = now + time::Duration::try_from(lasts).unwrap_or(time::Duration::MAX);
+        let leased = self.write(&mut |tx| {
+            claims::lease(tx, checkout_id, &lease_id, now, expires, orphan_after)
+        })?;
+        Ok(leased.map(|()| Lease {
+            lease_id: lease_id.clone(),
+        }))
+    }
+
+    /// The update answered: payments of its checkout may be claimed again.
+    pub fn end_update(&self, lease: Lease) -> Result<(), StoreError> {
+        self.write(&mut |tx| tx.lease_delete(&lease.lease_id))
+    }
+
+    /// The freeze in force, if any.
+    pub fn frozen(&self) -> Result<Option<Frozen>, StoreError> {
+        self.read(&mut |tx| freeze::current(tx))
+    }
+
+    /// Freezes payments on every process and host on the store, at once. Already frozen: the first
+    /// freeze stays (its time is what an unfreeze names). Returns the freeze in force.
+    pub fn freeze(
+        &self,
+        reason: &str,
+        now: OffsetDateTime,
+        audit: &AuditRecord,
+    ) -> Result<Frozen, StoreError> {
+        self.write(&mut |tx| {
+            tx.freeze_put(micros(now), reason)?;
+            tx.insert_audit(audit)?;
+            freeze::current(tx)?
+                .ok_or_else(|| StoreError::Inconsistent("a freeze did not stay written".into()))
+        })
+    }
+
+    /// Lifts `frozen` with a verified unfreeze, using its nonce once. Fails with
+    /// [`StoreError::NotThatFreeze`] when `frozen` is no longer the freeze in force.
+    pub fn unfreeze(
+        &self,
+        frozen: &Frozen,
+        unfreeze: &VerifiedUnfreeze,
+        now: OffsetDateTime,
+        audit: &AuditRecord,
+    ) -> Result<(), StoreError> {
+        let marker = RequestId::parse("cg-0000000000000000")
+            .map_err(|e| StoreError::Inconsistent(e.to_string()))?;
+        self.write(&mut |tx| {
+            if freeze::current(tx)?.as_ref() != Some(frozen) {
+                return Err(StoreError::NotThatFreeze);
+            }
+            if tx.is_used(unfreeze.nonce())? {
+                return Err(StoreError::NotThatFreeze);
+            }
+            tx.insert_used(unfreeze.nonce(), &marker, "unfreeze", micros(now))?;
+            tx.freeze_delete()?;
+            tx.insert_audit(audit)
+        })
+    }
+
+    /// Reservations that reconciliation released within `window` before `now`: their checkouts
+    /// are read again, since a slow shop may still complete one (SPEC §4.13).
+    pub fn released_by_reconcile(
+        &self,
+        window: Duration,
+        now: OffsetDateTime,
+    ) -> Result<Vec<InFlight>, StoreError> {
+        let from = now - time::Duration::try_from(window).unwrap_or(time::Duration::MAX);
+        self.read(&mut |tx| tx.released_by_reconcile(micros(from)))
     }
 
     /// Ends the reservation of `checkout_id`/`idempotency_key` as `settlement` says (Unknown: no change).
     /// Idempotent: settling the same outcome twice changes nothing the second time. Settled spend is
     /// never released.
+    ///
+    /// A completion or release ends the checkout's claim with it; `released_by` says who released.
     pub fn settle(
         &self,
         checkout_id: &str,
         idempotency_key: &str,
         settlement: &Settlement,
+        released_by: ReleasedBy,
         now: OffsetDateTime,
     ) -> Result<(), StoreError> {
         if *settlement == Settlement::Unknown {
             return Ok(());
         }
-        self.write(&mut |tx| ledger::settle(tx, checkout_id, idempotency_key, settlement, now))
+        self.write(&mut |tx| {
+            ledger::settle(
+                tx,
+                checkout_id,
+                idempotency_key,
+                settlement,
+                released_by,
+                now,
+            )
+        })
     }
 
     /// An audit record for a decision made outside [`Store::gate`] (precheck refusals, other tools).

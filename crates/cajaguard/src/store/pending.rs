@@ -3,6 +3,7 @@
 
 use cajaguard_core::approval::{BasketDigest, RequestId};
 use cajaguard_core::gate::PendingRequest;
+use cajaguard_core::request::Instrument;
 
 use super::{PendingRow, StoreError, from_micros};
 
@@ -14,9 +15,18 @@ pub(super) const COLUMNS: &str =
 /// (JSON array), created at (µs).
 pub(super) type Raw = (String, String, String, String, String, i64, String, i64);
 
+/// The instruments as the `handler_ids` column keeps them: a JSON array of `{id, handler_id}`
+/// (schema version 1 kept bare handler ids, which still read).
 pub(super) fn handler_ids_json(p: &PendingRequest) -> Result<String, StoreError> {
-    serde_json::to_string(&p.handler_ids)
-        .map_err(|e| StoreError::Inconsistent(format!("cannot encode handler ids: {e}")))
+    serde_json::to_string(&p.instruments)
+        .map_err(|e| StoreError::Inconsistent(format!("cannot encode instruments: {e}")))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum StoredInstrument {
+    Instrument(Instrument),
+    Handler(String),
 }
 
 pub(super) fn decode(raw: Raw) -> Result<PendingRow, StoreError> {
@@ -25,8 +35,15 @@ pub(super) fn decode(raw: Raw) -> Result<PendingRow, StoreError> {
         |what: &str| StoreError::Inconsistent(format!("pending request {request_id:?} has {what}"));
     let parsed_id = RequestId::parse(&request_id).map_err(|_| bad("a malformed request id"))?;
     let digest = digest_from_hex(&digest).ok_or_else(|| bad("a malformed digest"))?;
-    let handler_ids: Vec<String> =
-        serde_json::from_str(&handler_ids).map_err(|_| bad("malformed handler ids"))?;
+    let stored: Vec<StoredInstrument> =
+        serde_json::from_str(&handler_ids).map_err(|_| bad("malformed instruments"))?;
+    let instruments = stored
+        .into_iter()
+        .map(|s| match s {
+            StoredInstrument::Instrument(i) => i,
+            StoredInstrument::Handler(h) => Instrument::of_handler(h),
+        })
+        .collect();
     let created_at = from_micros(created_at, "a pending request's created_at")?;
     Ok(PendingRow {
         request: PendingRequest {
@@ -36,13 +53,12 @@ pub(super) fn decode(raw: Raw) -> Result<PendingRow, StoreError> {
             checkout_id,
             currency,
             total,
-            handler_ids,
+            instruments,
         },
         created_at,
     })
 }
 
 pub(super) fn digest_from_hex(text: &str) -> Option<BasketDigest> {
-    let bytes = hex::decode(text).ok()?;
-    Some(BasketDigest(<[u8; 32]>::try_from(bytes.as_slice()).ok()?))
+    BasketDigest::from_hex(text)
 }

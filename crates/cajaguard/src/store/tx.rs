@@ -39,6 +39,8 @@ pub(super) struct LedgerRow {
     pub charged: Option<i64>,
     pub state: State,
     pub hour: i64,
+    /// Hex request digest of the reserved attempt (`None` on rows from schema version 1).
+    pub digest: Option<String>,
 }
 
 /// A reservation the gate asked for.
@@ -48,6 +50,31 @@ pub(super) struct Reservation<'a> {
     pub merchant: &'a str,
     pub currency: &'a str,
     pub total: i64,
+    pub digest: &'a str,
+}
+
+/// A checkout's claim row (SPEC §4 step 3a).
+pub(super) struct ClaimRow {
+    pub idempotency_key: String,
+    pub claimed_at_us: i64,
+}
+
+/// Who ended a reservation as not paid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleasedBy {
+    /// The shop's explicit word on the forwarded call, confirmed by a fresh read.
+    Shop,
+    /// Reconciliation found a stale attempt's checkout open; revisited later within the window.
+    Reconcile,
+}
+
+impl ReleasedBy {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            ReleasedBy::Shop => "shop",
+            ReleasedBy::Reconcile => "reconcile",
+        }
+    }
 }
 
 /// The statements a transaction runs. Times are Unix microseconds, amounts minor units.
@@ -76,13 +103,53 @@ pub(super) trait Tx {
         hour: i64,
         at_us: i64,
     ) -> Result<(), StoreError>;
+    /// Settles the row; `currency` is the charged one (it differs from the reserved one only when
+    /// the shop charged in another currency).
     fn mark_settled(
         &mut self,
         checkout_id: &str,
         charged: i64,
+        currency: &str,
         at_us: i64,
     ) -> Result<(), StoreError>;
-    fn mark_released(&mut self, checkout_id: &str, at_us: i64) -> Result<(), StoreError>;
+    fn mark_released(
+        &mut self,
+        checkout_id: &str,
+        at_us: i64,
+        by: ReleasedBy,
+    ) -> Result<(), StoreError>;
+    /// Released-by-reconciliation rows reserved at or after `from_us`, oldest first: their
+    /// checkouts may still complete (a slow shop), and are read again.
+    fn released_by_reconcile(&mut self, from_us: i64) -> Result<Vec<InFlight>, StoreError>;
+
+    /// Makes every other claim, update lease, gate and settlement of `checkout_id` wait until this
+    /// transaction ends. SQLite: nothing to do (`BEGIN IMMEDIATE`). PostgreSQL: an advisory
+    /// transaction lock keyed by the checkout id.
+    fn lock_checkout(&mut self, checkout_id: &str) -> Result<(), StoreError>;
+    fn claim_get(&mut self, checkout_id: &str) -> Result<Option<ClaimRow>, StoreError>;
+    /// Writes the checkout's claim, replacing an abandoned one.
+    fn claim_put(
+        &mut self,
+        checkout_id: &str,
+        idempotency_key: &str,
+        at_us: i64,
+    ) -> Result<(), StoreError>;
+    fn claim_delete(&mut self, checkout_id: &str) -> Result<(), StoreError>;
+    /// Whether an update lease on the checkout expires after `now_us`.
+    fn lease_live(&mut self, checkout_id: &str, now_us: i64) -> Result<bool, StoreError>;
+    fn lease_put(
+        &mut self,
+        lease_id: &str,
+        checkout_id: &str,
+        expires_us: i64,
+    ) -> Result<(), StoreError>;
+    fn lease_delete(&mut self, lease_id: &str) -> Result<(), StoreError>;
+
+    /// The freeze in force: (frozen at, reason).
+    fn frozen(&mut self) -> Result<Option<(i64, String)>, StoreError>;
+    /// Freezes unless already frozen (the first freeze and its reason stay).
+    fn freeze_put(&mut self, at_us: i64, reason: &str) -> Result<(), StoreError>;
+    fn freeze_delete(&mut self) -> Result<(), StoreError>;
     /// Moves the reservation's time to a retry's: reconciliation measures staleness from the last
     /// forward, so a payment is never released while a retry of it may still be at the shop.
     fn touch_reservation(&mut self, checkout_id: &str, at_us: i64) -> Result<(), StoreError>;

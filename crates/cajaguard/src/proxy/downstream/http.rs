@@ -288,7 +288,7 @@ impl HttpLink {
                 || session.len() > 1024
                 || !session.iter().all(|b| (0x21..0x7f).contains(b))
             {
-                return Err(ShopError::Handshake(
+                return Err(ShopError::Garbled(
                     "the shop gave an unusable Mcp-Session-Id".into(),
                 ));
             }
@@ -302,8 +302,8 @@ impl HttpLink {
         } else if content_type.starts_with("application/json") {
             self.read_json(body, id, timeout)?
         } else {
-            return Err(ShopError::Handshake(format!(
-                "the shop answered with Content-Type `{}`, not application/json or text/event-stream",
+            return Err(ShopError::Garbled(format!(
+                "Content-Type `{}`, not application/json or text/event-stream",
                 content_type.chars().take(80).collect::<String>()
             )));
         };

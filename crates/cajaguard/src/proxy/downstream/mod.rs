@@ -42,6 +42,10 @@ pub enum ShopError {
     TooLarge(usize),
     #[error("the shop broke the MCP handshake: {0}")]
     Handshake(String),
+    /// The shop answered a request, but not in a form that says what happened (neither `result`
+    /// nor `error`, an unexpected content type): it may have acted on it.
+    #[error("the shop's answer is unusable ({0}); it may have acted on the request")]
+    Garbled(String),
     /// `downstream.bearer_token_env` names a variable that is not set (or is empty) in the
     /// environment `cajaguard` was started with.
     #[error(
@@ -86,7 +90,10 @@ impl ShopError {
     /// True when a request may have reached the shop and its effect is unknown.
     pub fn outcome_unknown(&self) -> bool {
         match self {
-            ShopError::Timeout(_) | ShopError::Died(_) | ShopError::TooLarge(_) => true,
+            ShopError::Timeout(_)
+            | ShopError::Died(_)
+            | ShopError::TooLarge(_)
+            | ShopError::Garbled(_) => true,
             ShopError::Http { unknown, .. } => *unknown,
             _ => false,
         }
@@ -480,7 +487,7 @@ fn reply_of(
     match (result, error) {
         (Some(result), None) => Ok(Reply::Result(result)),
         (_, Some(error)) => Ok(Reply::Error(error)),
-        (None, None) => Err(ShopError::Handshake(
+        (None, None) => Err(ShopError::Garbled(
             "an answer with neither result nor error".into(),
         )),
     }

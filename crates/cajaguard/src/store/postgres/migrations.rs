@@ -7,7 +7,14 @@ use postgres::Client;
 use crate::store::StoreError;
 
 /// (version, name, SQL), in order. Never edit an applied migration: add the next one.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "init", include_str!("migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("migrations/0001_init.sql")),
+    (
+        2,
+        "claims_freeze",
+        include_str!("migrations/0002_claims_freeze.sql"),
+    ),
+];
 
 /// The latest version this build knows.
 pub(super) fn known() -> i64 {

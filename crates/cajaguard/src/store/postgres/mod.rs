@@ -38,7 +38,7 @@ use postgres::error::SqlState;
 use postgres::{Client, NoTls, Statement, Transaction};
 use time::OffsetDateTime;
 
-use super::tx::{LedgerRow, Reservation, State, Tx};
+use super::tx::{ClaimRow, LedgerRow, ReleasedBy, Reservation, State, Tx};
 use super::{
     AuditRecord, InFlight, PendingRow, StoreError, WindowSpend, approvals, audit, from_micros,
     micros, pending,
@@ -426,7 +426,7 @@ impl Tx for PgTx<'_, '_> {
 
     fn ledger_row(&mut self, checkout_id: &str) -> Result<Option<LedgerRow>, StoreError> {
         let Some(row) = self.query_opt(
-            "SELECT idempotency_key, currency, reserved, charged, state, hour FROM ledger
+            "SELECT idempotency_key, currency, reserved, charged, state, hour, digest FROM ledger
              WHERE checkout_id = $1 FOR UPDATE",
             &[&checkout_id],
         )?
@@ -441,6 +441,7 @@ impl Tx for PgTx<'_, '_> {
             charged: self.get(&row, 3)?,
             state: State::parse(&state)?,
             hour: self.get(&row, 5)?,
+            digest: self.get(&row, 6)?,
         }))
     }
 
@@ -468,13 +469,13 @@ impl Tx for PgTx<'_, '_> {
     ) -> Result<(), StoreError> {
         self.execute(
             "INSERT INTO ledger
-                 (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at)
-             VALUES ($1, $2, $3, $4, $5, NULL, 'in_flight', $6, $7, NULL)
+                 (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at, digest, released_by)
+             VALUES ($1, $2, $3, $4, $5, NULL, 'in_flight', $6, $7, NULL, $8, NULL)
              ON CONFLICT (checkout_id) DO UPDATE SET
                  idempotency_key = excluded.idempotency_key, merchant = excluded.merchant,
                  currency = excluded.currency, reserved = excluded.reserved, charged = NULL,
                  state = 'in_flight', hour = excluded.hour, reserved_at = excluded.reserved_at,
-                 settled_at = NULL",
+                 settled_at = NULL, digest = excluded.digest, released_by = NULL",
             &[
                 &r.checkout_id,
                 &r.idempotency_key,
@@ -483,6 +484,7 @@ impl Tx for PgTx<'_, '_> {
                 &r.total,
                 &hour,
                 &at_us,
+                &r.digest,
             ],
         )?;
         Ok(())
@@ -492,20 +494,142 @@ impl Tx for PgTx<'_, '_> {
         &mut self,
         checkout_id: &str,
         charged: i64,
+        currency: &str,
         at_us: i64,
     ) -> Result<(), StoreError> {
         self.execute(
-            "UPDATE ledger SET state = 'settled', charged = $2, settled_at = $3 WHERE checkout_id = $1",
-            &[&checkout_id, &charged, &at_us],
+            "UPDATE ledger SET state = 'settled', charged = $2, currency = $3, settled_at = $4 WHERE checkout_id = $1",
+            &[&checkout_id, &charged, &currency, &at_us],
         )?;
         Ok(())
     }
 
-    fn mark_released(&mut self, checkout_id: &str, at_us: i64) -> Result<(), StoreError> {
+    fn mark_released(
+        &mut self,
+        checkout_id: &str,
+        at_us: i64,
+        by: ReleasedBy,
+    ) -> Result<(), StoreError> {
         self.execute(
-            "UPDATE ledger SET state = 'released', settled_at = $2 WHERE checkout_id = $1",
-            &[&checkout_id, &at_us],
+            "UPDATE ledger SET state = 'released', settled_at = $2, released_by = $3 WHERE checkout_id = $1",
+            &[&checkout_id, &at_us, &by.as_str()],
         )?;
+        Ok(())
+    }
+
+    fn released_by_reconcile(&mut self, from_us: i64) -> Result<Vec<InFlight>, StoreError> {
+        let rows = self.query(
+            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at FROM ledger
+             WHERE state = 'released' AND released_by = 'reconcile' AND reserved_at >= $1
+             ORDER BY reserved_at",
+            &[&from_us],
+        )?;
+        rows.iter()
+            .map(|row| {
+                Ok(InFlight {
+                    checkout_id: self.get(row, 0)?,
+                    idempotency_key: self.get(row, 1)?,
+                    currency: self.get(row, 2)?,
+                    total: self.get(row, 3)?,
+                    reserved_at: from_micros(self.get(row, 4)?, "a ledger row's reserved_at")?,
+                })
+            })
+            .collect()
+    }
+
+    fn lock_checkout(&mut self, checkout_id: &str) -> Result<(), StoreError> {
+        // A row lock cannot lock a claim that does not exist yet; an advisory lock on the id's
+        // hash serializes every claim, lease, gate and settlement of one checkout across hosts
+        // (another checkout sharing the hash only waits a moment more).
+        self.execute(
+            "SELECT pg_advisory_xact_lock(1667720039, hashtext($1))",
+            &[&checkout_id],
+        )?;
+        Ok(())
+    }
+
+    fn claim_get(&mut self, checkout_id: &str) -> Result<Option<ClaimRow>, StoreError> {
+        let Some(row) = self.query_opt(
+            "SELECT idempotency_key, claimed_at FROM claims WHERE checkout_id = $1",
+            &[&checkout_id],
+        )?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(ClaimRow {
+            idempotency_key: self.get(&row, 0)?,
+            claimed_at_us: self.get(&row, 1)?,
+        }))
+    }
+
+    fn claim_put(
+        &mut self,
+        checkout_id: &str,
+        idempotency_key: &str,
+        at_us: i64,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO claims (checkout_id, idempotency_key, claimed_at) VALUES ($1, $2, $3)
+             ON CONFLICT (checkout_id) DO UPDATE SET idempotency_key = excluded.idempotency_key,
+                                                     claimed_at = excluded.claimed_at",
+            &[&checkout_id, &idempotency_key, &at_us],
+        )?;
+        Ok(())
+    }
+
+    fn claim_delete(&mut self, checkout_id: &str) -> Result<(), StoreError> {
+        self.execute("DELETE FROM claims WHERE checkout_id = $1", &[&checkout_id])?;
+        Ok(())
+    }
+
+    fn lease_live(&mut self, checkout_id: &str, now_us: i64) -> Result<bool, StoreError> {
+        Ok(self
+            .query_opt(
+                "SELECT 1 FROM update_leases WHERE checkout_id = $1 AND expires_at > $2 LIMIT 1",
+                &[&checkout_id, &now_us],
+            )?
+            .is_some())
+    }
+
+    fn lease_put(
+        &mut self,
+        lease_id: &str,
+        checkout_id: &str,
+        expires_us: i64,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO update_leases (lease_id, checkout_id, expires_at) VALUES ($1, $2, $3)",
+            &[&lease_id, &checkout_id, &expires_us],
+        )?;
+        Ok(())
+    }
+
+    fn lease_delete(&mut self, lease_id: &str) -> Result<(), StoreError> {
+        self.execute(
+            "DELETE FROM update_leases WHERE lease_id = $1",
+            &[&lease_id],
+        )?;
+        Ok(())
+    }
+
+    fn frozen(&mut self) -> Result<Option<(i64, String)>, StoreError> {
+        let Some(row) = self.query_opt("SELECT frozen_at, reason FROM freeze WHERE id = 1", &[])?
+        else {
+            return Ok(None);
+        };
+        Ok(Some((self.get(&row, 0)?, self.get(&row, 1)?)))
+    }
+
+    fn freeze_put(&mut self, at_us: i64, reason: &str) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO freeze (id, frozen_at, reason) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING",
+            &[&at_us, &reason],
+        )?;
+        Ok(())
+    }
+
+    fn freeze_delete(&mut self) -> Result<(), StoreError> {
+        self.execute("DELETE FROM freeze WHERE id = 1", &[])?;
         Ok(())
     }
 

@@ -14,7 +14,7 @@ use cajaguard_core::approval::{ApprovalDocument, RequestId};
 use cajaguard_core::gate::PendingRequest;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use super::tx::{LedgerRow, Reservation, State, Tx};
+use super::tx::{ClaimRow, LedgerRow, ReleasedBy, Reservation, State, Tx};
 use super::{
     AuditRecord, InFlight, PendingRow, StoreError, WindowSpend, audit, from_micros, pending,
 };
@@ -135,7 +135,7 @@ impl Tx for SqliteTx<'_> {
         let raw = self
             .conn
             .prepare_cached(
-                "SELECT idempotency_key, currency, reserved, charged, state, hour FROM ledger WHERE checkout_id = ?1",
+                "SELECT idempotency_key, currency, reserved, charged, state, hour, digest FROM ledger WHERE checkout_id = ?1",
             )?
             .query_row([checkout_id], |r| {
                 Ok((
@@ -145,11 +145,12 @@ impl Tx for SqliteTx<'_> {
                     r.get::<_, Option<i64>>(3)?,
                     r.get::<_, String>(4)?,
                     r.get::<_, i64>(5)?,
+                    r.get::<_, Option<String>>(6)?,
                 ))
             })
             .optional()?;
         raw.map(
-            |(idempotency_key, currency, reserved, charged, state, hour)| {
+            |(idempotency_key, currency, reserved, charged, state, hour, digest)| {
                 Ok(LedgerRow {
                     idempotency_key,
                     currency,
@@ -157,6 +158,7 @@ impl Tx for SqliteTx<'_> {
                     charged,
                     state: State::parse(&state)?,
                     hour,
+                    digest,
                 })
             },
         )
@@ -189,10 +191,10 @@ impl Tx for SqliteTx<'_> {
         self.conn
             .prepare_cached(
                 "INSERT OR REPLACE INTO ledger
-                     (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, NULL, 'in_flight', ?6, ?7, NULL)",
+                     (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at, digest, released_by)
+                 VALUES (?1, ?2, ?3, ?4, ?5, NULL, 'in_flight', ?6, ?7, NULL, ?8, NULL)",
             )?
-            .execute(params![r.checkout_id, r.idempotency_key, r.merchant, r.currency, r.total, hour, at_us])?;
+            .execute(params![r.checkout_id, r.idempotency_key, r.merchant, r.currency, r.total, hour, at_us, r.digest])?;
         Ok(())
     }
 
@@ -200,22 +202,154 @@ impl Tx for SqliteTx<'_> {
         &mut self,
         checkout_id: &str,
         charged: i64,
+        currency: &str,
         at_us: i64,
     ) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(
-                "UPDATE ledger SET state = 'settled', charged = ?2, settled_at = ?3 WHERE checkout_id = ?1",
+                "UPDATE ledger SET state = 'settled', charged = ?2, currency = ?3, settled_at = ?4 WHERE checkout_id = ?1",
             )?
-            .execute(params![checkout_id, charged, at_us])?;
+            .execute(params![checkout_id, charged, currency, at_us])?;
         Ok(())
     }
 
-    fn mark_released(&mut self, checkout_id: &str, at_us: i64) -> Result<(), StoreError> {
+    fn mark_released(
+        &mut self,
+        checkout_id: &str,
+        at_us: i64,
+        by: ReleasedBy,
+    ) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(
-                "UPDATE ledger SET state = 'released', settled_at = ?2 WHERE checkout_id = ?1",
+                "UPDATE ledger SET state = 'released', settled_at = ?2, released_by = ?3 WHERE checkout_id = ?1",
             )?
-            .execute(params![checkout_id, at_us])?;
+            .execute(params![checkout_id, at_us, by.as_str()])?;
+        Ok(())
+    }
+
+    fn released_by_reconcile(&mut self, from_us: i64) -> Result<Vec<InFlight>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at FROM ledger
+             WHERE state = 'released' AND released_by = 'reconcile' AND reserved_at >= ?1
+             ORDER BY reserved_at",
+        )?;
+        let rows = stmt.query_map([from_us], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (checkout_id, idempotency_key, currency, total, reserved_at) = row?;
+            out.push(InFlight {
+                checkout_id,
+                idempotency_key,
+                currency,
+                total,
+                reserved_at: from_micros(reserved_at, "a ledger row's reserved_at")?,
+            });
+        }
+        Ok(out)
+    }
+
+    fn lock_checkout(&mut self, _checkout_id: &str) -> Result<(), StoreError> {
+        // BEGIN IMMEDIATE already holds the whole database's write lock.
+        Ok(())
+    }
+
+    fn claim_get(&mut self, checkout_id: &str) -> Result<Option<ClaimRow>, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT idempotency_key, claimed_at FROM claims WHERE checkout_id = ?1",
+            )?
+            .query_row([checkout_id], |r| {
+                Ok(ClaimRow {
+                    idempotency_key: r.get(0)?,
+                    claimed_at_us: r.get(1)?,
+                })
+            })
+            .optional()?)
+    }
+
+    fn claim_put(
+        &mut self,
+        checkout_id: &str,
+        idempotency_key: &str,
+        at_us: i64,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO claims (checkout_id, idempotency_key, claimed_at) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![checkout_id, idempotency_key, at_us])?;
+        Ok(())
+    }
+
+    fn claim_delete(&mut self, checkout_id: &str) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("DELETE FROM claims WHERE checkout_id = ?1")?
+            .execute([checkout_id])?;
+        Ok(())
+    }
+
+    fn lease_live(&mut self, checkout_id: &str, now_us: i64) -> Result<bool, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT 1 FROM update_leases WHERE checkout_id = ?1 AND expires_at > ?2 LIMIT 1",
+            )?
+            .query_row(params![checkout_id, now_us], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+
+    fn lease_put(
+        &mut self,
+        lease_id: &str,
+        checkout_id: &str,
+        expires_us: i64,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO update_leases (lease_id, checkout_id, expires_at) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![lease_id, checkout_id, expires_us])?;
+        Ok(())
+    }
+
+    fn lease_delete(&mut self, lease_id: &str) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("DELETE FROM update_leases WHERE lease_id = ?1")?
+            .execute([lease_id])?;
+        Ok(())
+    }
+
+    fn frozen(&mut self) -> Result<Option<(i64, String)>, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT frozen_at, reason FROM freeze WHERE id = 1")?
+            .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?)
+    }
+
+    fn freeze_put(&mut self, at_us: i64, reason: &str) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO freeze (id, frozen_at, reason) VALUES (1, ?1, ?2) ON CONFLICT (id) DO NOTHING",
+            )?
+            .execute(params![at_us, reason])?;
+        Ok(())
+    }
+
+    fn freeze_delete(&mut self) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("DELETE FROM freeze WHERE id = 1")?
+            .execute([])?;
         Ok(())
     }
 

@@ -37,7 +37,7 @@ fn busy_wait(attempt: i32) -> bool {
     true
 }
 
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 // `spend_buckets` exists so the window sum costs the same with 10^3 or 10^6 ledger rows: it is kept
 // per currency and hour, in the same transactions that change the ledger, and the gate reads only
@@ -107,6 +107,29 @@ CREATE TABLE audit (
 );
 ";
 
+/// Version 2: claims, the reserved attempt's digest, who released, the freeze (the same as
+/// PostgreSQL's `0002_claims_freeze.sql`, which says what each is for).
+const SCHEMA_V2: &str = "
+ALTER TABLE ledger ADD COLUMN digest TEXT;
+ALTER TABLE ledger ADD COLUMN released_by TEXT;
+CREATE TABLE claims (
+    checkout_id     TEXT PRIMARY KEY,
+    idempotency_key TEXT NOT NULL,
+    claimed_at      INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE update_leases (
+    lease_id    TEXT PRIMARY KEY,
+    checkout_id TEXT NOT NULL,
+    expires_at  INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX update_leases_checkout ON update_leases (checkout_id);
+CREATE TABLE freeze (
+    id        INTEGER PRIMARY KEY CHECK (id = 1),
+    frozen_at INTEGER NOT NULL,
+    reason    TEXT NOT NULL
+);
+";
+
 pub(crate) fn open(home: &Path) -> Result<Connection, StoreError> {
     prepare_home(home)?;
     let db = home.join(DB_FILE);
@@ -170,8 +193,11 @@ fn migrate(conn: &mut Connection, db: &Path) -> Result<(), StoreError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let version: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
     match version {
-        0 => {
-            tx.execute_batch(SCHEMA)?;
+        0..SCHEMA_VERSION => {
+            if version < 1 {
+                tx.execute_batch(SCHEMA)?;
+            }
+            tx.execute_batch(SCHEMA_V2)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
         SCHEMA_VERSION => {}
