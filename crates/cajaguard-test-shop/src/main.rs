@@ -12,7 +12,8 @@
 //! An action is one of `{"result": {...}}` (a tools/call result object, sent as written),
 //! `{"checkout": {...}}` (a result with this checkout as structuredContent and text),
 //! `{"error": {...}}` (a JSON-RPC error object), `{"hang": true}`, `{"exit": N}`,
-//! `{"raw": "..."}` (a line sent as is, with the request's id nowhere), `{"huge": BYTES}` (a result
+//! `{"raw": "..."}` (a line sent as is, with the request's id nowhere), `{"bare": true}` (an
+//! answer with the request's id but neither result nor error), `{"huge": BYTES}` (a result
 //! with a text part of that size), and any of them may carry `"progress": N` to send N progress
 //! notifications first (for the request's `_meta.progressToken`) and `"delay_ms": N` to wait first.
 //! A `checkout` action with `"echo_id": true` answers with the call's `arguments.id` as the
@@ -190,6 +191,9 @@ impl Shop {
             self.send(&json!({"jsonrpc": "2.0", "id": id, "error": error}));
         } else if let Some(raw) = action.get("raw").and_then(Value::as_str) {
             self.send_line(raw);
+        } else if action.get("bare").is_some() {
+            // An answer to the request with neither `result` nor `error`.
+            self.send(&json!({"jsonrpc": "2.0", "id": id}));
         } else if let Some(bytes) = action.get("huge").and_then(Value::as_u64) {
             let text = "x".repeat(usize::try_from(bytes).unwrap_or(0));
             self.send(&json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}}));
