@@ -9,7 +9,8 @@
 //!
 //! **A card number** is 13-19 digits passing Luhn whose first digits and length are those of a
 //! payment card (ISO/IEC 7812 issuer ranges: 13 or 16-19 digits for Visa's `4`, 14 or 16-19 for
-//! Diners and JCB, 15 for Amex and UATP, 16-19 for the rest; nothing starts with `0` or `7`). Luhn alone would refuse every
+//! Diners, 15 for Amex and UATP, 16-19 for the rest; nothing starts with `0` or `7`). A prefix or
+//! suffix of a run counts only from 15 digits (see [`MIN_PART_DIGITS`]). Luhn alone would refuse every
 //! IMEI (15 digits, Luhn-valid by construction, starting `35`, `01`, `86`, `99`...) and a tenth of
 //! all ISBN-13, EAN-13 codes and millisecond timestamps, which no card shares a length and prefix
 //! with.
@@ -118,13 +119,16 @@ fn run_is_card<T: Copy + Into<char>>(s: &[T], start: usize, end: usize, digits: 
         }
         is_card_number(&buf[..n])
     };
+    // The whole run may be any card length; a part of it must be long enough to be a card that
+    // a CVC or an expiry was put next to (see [`MIN_PART_DIGITS`]).
+    let enough = |total: usize, whole: bool| total >= if whole { 13 } else { MIN_PART_DIGITS };
     let mut total = 0;
     for (k, g) in groups.iter().enumerate() {
         total += g.1;
         if total > 19 {
             break;
         }
-        if total >= 13 && check(&mut groups[..=k].iter()) {
+        if enough(total, k + 1 == groups.len()) && check(&mut groups[..=k].iter()) {
             return true;
         }
     }
@@ -134,12 +138,18 @@ fn run_is_card<T: Copy + Into<char>>(s: &[T], start: usize, end: usize, digits: 
         if total > 19 {
             break;
         }
-        if total >= 13 && check(&mut groups[k..].iter()) {
+        if enough(total, k == 0) && check(&mut groups[k..].iter()) {
             return true;
         }
     }
     false
 }
+
+/// The fewest digits a whole-group prefix or suffix (not the whole run) must hold to be read as a
+/// card. Cards issued today are 15-19 digits; the 13- and 14-digit lengths (old Visa, Diners) are
+/// read only as a whole run, because their prefixes and suffixes are everywhere among grouped
+/// codes: a hyphenated IMEI `AA-BBBBBB-CCCCCC-D` ends in 13 digits starting with any digit.
+const MIN_PART_DIGITS: usize = 15;
 
 /// 13-19 digits, Luhn-valid, with a payment card's first digits for its length.
 pub fn is_card_number(d: &[u8]) -> bool {
@@ -155,7 +165,8 @@ fn issuer_length_fits(d: &[u8]) -> bool {
         // the older 31-33): 16-19.
         3 => match d[1] {
             4 | 7 => len == 15,
-            _ => len == 14 || len >= 16,
+            0 | 6 | 8 | 9 => len == 14 || len >= 16,
+            _ => len >= 16,
         },
         // Visa: 13 (older cards), 16-19.
         4 => len == 13 || len >= 16,
