@@ -2,7 +2,7 @@
 //! read the same digits or key out of.
 //!
 //! - **Percent-escapes.** `%XX` is decoded, repeatedly (a value may be escaped twice on its way into
-//!   a URL), and every layer is scanned, the raw string included.
+//!   a URL), at most three times, and every layer is scanned, the raw string included.
 //! - **NFKC**, so full-width and mathematical digits and no-break or ideographic spaces fold to
 //!   ASCII.
 //! - **Characters that render as nothing** are removed: Unicode format characters (zero-width space
@@ -22,22 +22,34 @@ const MAX_DECODE_LAYERS: usize = 3;
 /// Every form of `s` the rules must see: the raw string, then each percent-decoded layer, each
 /// normalised. The first is always the raw string's.
 pub fn forms(s: &str) -> Vec<String> {
+    // Each layer is decoded from the previous one normalised, so that escapes split by invisible
+    // characters (`%3\u{200B}4`) or written full-width (`％34`) decode as a reader would see them.
     let mut out = vec![normalise(s).into_owned()];
-    let mut layer = Cow::Borrowed(s);
     for _ in 0..MAX_DECODE_LAYERS {
-        match percent_decode(&layer) {
-            Some(decoded) => {
-                out.push(normalise(&decoded).into_owned());
-                layer = Cow::Owned(decoded);
-            }
+        let Some(last) = out.last() else { break };
+        match percent_decode(last) {
+            Some(decoded) => out.push(normalise(&decoded).into_owned()),
             None => break,
         }
     }
     out
 }
 
-/// NFKC, then every character that renders as nothing removed. Borrowed when nothing changes.
+/// NFKC, then every character that renders as nothing removed (and NFKC again if that brought
+/// a letter and its mark together). Borrowed when nothing changes; normalising twice changes
+/// nothing more.
 pub fn normalise(s: &str) -> Cow<'_, str> {
+    let once = fold_and_strip(s);
+    match once {
+        Cow::Borrowed(_) => once,
+        Cow::Owned(text) => match fold_and_strip(&text) {
+            Cow::Borrowed(_) => Cow::Owned(text),
+            Cow::Owned(again) => Cow::Owned(again),
+        },
+    }
+}
+
+fn fold_and_strip(s: &str) -> Cow<'_, str> {
     if s.is_ascii() {
         return Cow::Borrowed(s);
     }
@@ -135,6 +147,8 @@ mod tests {
         // A mark on a letter is part of the letter and stays.
         assert_eq!(normalise("e\u{0301}"), "\u{00E9}");
         assert_eq!(normalise("４１"), "41");
+        // Once the invisible character between them goes, the letter and its mark compose.
+        assert_eq!(normalise("e\u{200B}\u{0301}"), "\u{00E9}");
     }
 
     #[test]
@@ -144,6 +158,10 @@ mod tests {
         assert_eq!(
             forms("%2534%31"),
             vec!["%2534%31".to_owned(), "%341".to_owned(), "41".to_owned()]
+        );
+        assert_eq!(
+            forms("%3\u{200B}4\u{FF05}31").last().map(String::as_str),
+            Some("41")
         );
     }
 }
