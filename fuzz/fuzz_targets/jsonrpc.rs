@@ -25,7 +25,13 @@ fuzz_target!(|data: &[u8]| {
                 assert!(line.len() <= 4096, "a line over the limit got through");
                 check(&line);
             }
-            Ok(jsonrpc::Line::TooLong) => {}
+            Ok(jsonrpc::Line::TooLong { id }) => {
+                // An id read from an oversized line is a valid id, never a fragment.
+                if let Some(id) = id {
+                    let raw: Box<RawValue> = serde_json::from_str(&id).expect("the id is JSON");
+                    assert!(raw.get().starts_with('"') || raw.get().parse::<i128>().is_ok(), "{id}");
+                }
+            }
             Ok(jsonrpc::Line::Eof) | Err(_) => break,
         }
     }
@@ -50,6 +56,28 @@ fn check(text: &str) {
         && let Some(params) = envelope.params
     {
         let _ = rawjson::find_duplicate_key(params.get());
+    }
+
+    // The agent's side: a line is a request, a notification, a response, or an error to answer
+    // with; what passes is JSON-RPC 2.0, what fails never lends its answer an invalid id.
+    match jsonrpc::Envelope::parse_agent(text, &|m| m == "tools/call") {
+        Ok(envelope) => {
+            let value: Value = serde_json::from_str(text).expect("a valid envelope is JSON");
+            assert_eq!(value["jsonrpc"], "2.0", "{text:?}");
+            assert!(envelope.method.is_some() || envelope.result.is_some() || envelope.error.is_some());
+            if let Some(params) = &envelope.params {
+                assert!(matches!(params.get().as_bytes().first(), Some(b'{' | b'[')), "{text:?}");
+            }
+            if let (Some(_), Some(id)) = (&envelope.method, &envelope.id) {
+                assert!(matches!(&value["id"], Value::String(_)) || value["id"].is_i64() || value["id"].is_u64(), "{text:?}");
+                let _ = id;
+            }
+        }
+        Err(invalid) => {
+            let answer: Value = serde_json::from_str(&invalid.line()).expect("an error line is JSON");
+            assert!(answer["id"].is_null() || answer["id"].is_string() || answer["id"].is_i64() || answer["id"].is_u64());
+            assert_eq!(parsed.is_err(), invalid.code == jsonrpc::PARSE_ERROR, "{text:?}");
+        }
     }
 
     if let (Ok(Value::Object(before)), Ok(None)) = (&parsed, &duplicate)

@@ -173,6 +173,12 @@ fn bench(c: &mut Criterion) {
     c.bench_function("tripwire/scan_2kb_args", |b| {
         b.iter(|| tripwire::scan(black_box(&policy.test_mode), black_box(&args)))
     });
+    // What the proxy scans for every forwarded call: the whole params, `_meta` included.
+    let params = json!({"name": "complete_checkout", "arguments": args,
+                        "_meta": {"progressToken": "9c1d2e3f-4a5b-4c6d-8e7f-0a1b2c3d4e5f"}});
+    c.bench_function("tripwire/scan_params_2kb", |b| {
+        b.iter(|| tripwire::scan_params(black_box(&policy.test_mode), black_box(&params)))
+    });
     c.bench_function("quote/from_shop_2kb", |b| {
         b.iter(|| Quote::from_shop(black_box(&big)))
     });

@@ -292,13 +292,25 @@ pub fn precheck(policy: &Policy, args: &serde_json::Value) -> Result<CompleteReq
     CompleteRequest::from_args(args)
 }
 
-/// The tripwire alone, for every other tool's arguments (SPEC §5): `None` when clean or in live mode.
+/// The tripwire on a tool call's arguments alone (SPEC §5): `None` when clean or in live mode.
 pub fn tripwire_ruling(policy: &Policy, args: &serde_json::Value) -> Option<Ruling> {
     if policy.mode != Mode::Test {
         return None;
     }
-    let hit = tripwire::scan(&policy.test_mode, args)?;
-    Some(Ruling::new(
+    tripwire::scan(&policy.test_mode, args).map(|hit| tripwire_refusal(&hit))
+}
+
+/// The tripwire on the whole `params` of a request or notification bound for the shop (SPEC §5:
+/// `arguments`, `_meta` and every other member): `None` when clean or in live mode.
+pub fn tripwire_params_ruling(policy: &Policy, params: &serde_json::Value) -> Option<Ruling> {
+    if policy.mode != Mode::Test {
+        return None;
+    }
+    tripwire::scan_params(&policy.test_mode, params).map(|hit| tripwire_refusal(&hit))
+}
+
+fn tripwire_refusal(hit: &tripwire::Hit) -> Ruling {
+    Ruling::new(
         Reason::TestModeCredential,
         format!(
             "test mode refused the arguments at {} ({}: {}); in test mode use a test handler and a test token",
@@ -306,7 +318,7 @@ pub fn tripwire_ruling(policy: &Policy, args: &serde_json::Value) -> Option<Ruli
             hit.rule.as_str(),
             hit.rule.explain()
         ),
-    ))
+    )
 }
 
 /// Shop or agent text shown in a detail: printable, short, no control characters.

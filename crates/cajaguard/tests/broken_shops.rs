@@ -220,3 +220,85 @@ fn what_the_shop_answers_to_the_payment_settles_it_fail_closed() {
         }
     }
 }
+
+/// The processes the proxy `pid` started (every thread's children, from /proc).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        // A call's thread may end between the listing and the read: it has no children then.
+        let Ok(children) = std::fs::read_to_string(task.unwrap().path().join("children")) else {
+            continue;
+        };
+        out.extend(
+            children
+                .split_whitespace()
+                .map(|c| c.parse::<u32>().unwrap()),
+        );
+    }
+    out.sort_unstable();
+    out
+}
+
+/// Regression (issue 13): one caller's read whose answer is over `max_message_bytes` made the
+/// proxy kill the shop, turning every call in flight (another caller's payment too) into an
+/// unknown outcome. Now only that read fails; the shop keeps its pid, and a payment that was
+/// waiting behind the oversized answer completes and is counted.
+#[test]
+fn an_oversized_answer_fails_only_its_own_call_and_keeps_the_shop() {
+    let mut completed = ready_checkout(CHECKOUT);
+    completed["status"] = json!("completed");
+    let world = World::with_test_shop(json!({ "on": {
+        // The first get_checkout is the agent's own read (answered 10 MB, after a pause during
+        // which the payment's read queues behind it); the next ones are the gate's.
+        "get_checkout": [{"huge": 10 * 1024 * 1024, "delay_ms": 300}, {"checkout": ready_checkout(CHECKOUT)}],
+        "complete_checkout": [{"checkout": completed}],
+    }}));
+    let mut mcp = world.proxy();
+    let shop = children_of(mcp.pid());
+    assert_eq!(shop.len(), 1, "one shop process: {shop:?}");
+
+    let read = mcp.send_request(
+        "tools/call",
+        json!({"name": "get_checkout", "arguments": {"id": "gid://test/Checkout/other"}}),
+    );
+    // The read is with the shop (its record has it) before the payment starts.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !world
+        .test_shop_lines()
+        .iter()
+        .any(|l| l.contains("gid://test/Checkout/other"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the read never reached the shop"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let pay = mcp.send_request(
+        "tools/call",
+        json!({"name": "complete_checkout", "arguments": Mcp::complete_arguments(CHECKOUT, &uuid())}),
+    );
+
+    // Either may be answered first.
+    let mut answers = std::collections::HashMap::new();
+    while answers.len() < 2 {
+        let message = mcp.read_message();
+        if let Some(id) = message["id"].as_u64().filter(|id| [read, pay].contains(id)) {
+            answers.insert(id, message);
+        }
+    }
+    let read = &answers[&read];
+    assert_eq!(read["result"]["isError"], true, "{read}");
+    assert!(read.to_string().contains("only this call failed"), "{read}");
+    let pay = &answers[&pay];
+    assert_eq!(
+        verdict(&pay["result"]),
+        ("allow".into(), "within_caps".into(), None),
+        "{pay}"
+    );
+    assert_eq!(completes_sent(&world), 1);
+    assert_eq!(usd_spend(&world), (2400, 0), "the payment is counted");
+    assert_eq!(children_of(mcp.pid()), shop, "the same shop process");
+    still_serving(&mut mcp);
+    assert_eq!(children_of(mcp.pid()), shop, "still the same shop process");
+}

@@ -263,3 +263,104 @@ fn approve_shows_shop_text_without_terminal_escapes() {
         "{shown}"
     );
 }
+
+/// SPEC §3, JSON-RPC conformance (regression, issue 13: several of these got no answer at all).
+/// Each invalid line gets its error code with the line's id when it is a valid id, else `null`;
+/// nothing reaches the shop; the next valid call works.
+#[test]
+fn every_invalid_json_rpc_line_gets_its_error_and_the_next_call_works() {
+    let world = World::with_test_shop(json!({}));
+    let mut mcp = world.proxy();
+    let before = world.test_shop_lines().len();
+    let search =
+        r#""method":"tools/call","params":{"name":"search_catalog","arguments":{"query":"socks"}}"#;
+    let cases: Vec<(String, i64, Value)> = vec![
+        (
+            format!(r#"{{"jsonrpc":"1.0","id":1,{search}}}"#),
+            -32600,
+            json!(1),
+        ),
+        (format!(r#"{{"id":"two",{search}}}"#), -32600, json!("two")),
+        (
+            format!(r#"{{"jsonrpc":2.0,"id":3,{search}}}"#),
+            -32600,
+            json!(3),
+        ),
+        (
+            format!(r#"{{"jsonrpc":"2.0","id":null,{search}}}"#),
+            -32600,
+            Value::Null,
+        ),
+        (
+            format!(r#"{{"jsonrpc":"2.0","id":1.5,{search}}}"#),
+            -32600,
+            Value::Null,
+        ),
+        (
+            format!(r#"{{"jsonrpc":"2.0","id":{{}},{search}}}"#),
+            -32600,
+            Value::Null,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":7,"method":7}"#.into(),
+            -32600,
+            json!(7),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":"search_catalog"}"#.into(),
+            -32602,
+            json!(8),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":42}"#.into(),
+            -32602,
+            json!(9),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":10,"method":"no/such","params":true}"#.into(),
+            -32600,
+            json!(10),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":"x"}"#.into(),
+            -32602,
+            Value::Null,
+        ),
+        (r#"{"jsonrpc":"2.0","id":11}"#.into(), -32600, json!(11)),
+        (
+            r#"{"jsonrpc":"2.0","id":12,"method":"ping","method":"tools/call"}"#.into(),
+            -32600,
+            Value::Null,
+        ),
+        ("42".into(), -32600, Value::Null),
+        (
+            "{\"jsonrpc\":\"2.0\",\"id\":13,".into(),
+            -32700,
+            Value::Null,
+        ),
+        ("not json".into(), -32700, Value::Null),
+    ];
+    for (line, code, id) in &cases {
+        mcp.send_line(line);
+        let answer = mcp.read_message();
+        assert_eq!(answer["jsonrpc"], "2.0", "{line}: {answer}");
+        assert_eq!(answer["error"]["code"], json!(code), "{line}: {answer}");
+        assert_eq!(&answer["id"], id, "{line}: {answer}");
+        assert!(answer.get("result").is_none(), "{line}: {answer}");
+        // The next valid call still works.
+        let ok = mcp.request(
+            "tools/call",
+            json!({"name": "search_catalog", "arguments": {"query": "socks"}}),
+        );
+        assert!(ok.get("result").is_some(), "after {line}: {ok}");
+    }
+    let forwarded = world.test_shop_lines()[before..]
+        .iter()
+        .filter(|l| l.contains("search_catalog"))
+        .count();
+    assert_eq!(
+        forwarded,
+        cases.len(),
+        "only the valid calls reached the shop"
+    );
+}

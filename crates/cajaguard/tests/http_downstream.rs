@@ -110,6 +110,8 @@ enum Act {
     Status(u16),
     /// Forget every session (as a restart would), then answer this request with 404.
     ForgetSessions,
+    /// Answer with a JSON body of this many bytes.
+    Huge(usize),
 }
 
 /// One message the scripted shop received.
@@ -263,6 +265,16 @@ impl ScriptedShop {
                         self.session.fetch_add(1, Ordering::SeqCst);
                         return respond(&mut out, 404, &[], "unknown session");
                     }
+                    Act::Huge(bytes) => {
+                        let text = "x".repeat(bytes);
+                        let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}});
+                        return respond(
+                            &mut out,
+                            200,
+                            &[("Content-Type", "application/json")],
+                            &answer.to_string(),
+                        );
+                    }
                 }
                 let arguments = &message["params"]["arguments"];
                 match tool.as_str() {
@@ -415,6 +427,31 @@ fn a_complete_checkout_refused_for_a_stale_session_is_resent_once_on_a_new_one()
     // The very same request (same idempotency key, same bytes but the JSON-RPC id).
     let arguments = |s: &Seen| serde_json::from_str::<Value>(&s.body).unwrap()["params"].clone();
     assert_eq!(arguments(&completes[0]), arguments(&completes[1]));
+    assert_eq!(in_flight_usd(&mut mcp), 0);
+}
+
+/// Regression (issue 13): an answer over `max_message_bytes` dropped the whole connection (and
+/// its MCP session). Now that response alone fails; the session is kept and the next payment on
+/// it completes.
+#[test]
+fn an_oversized_answer_over_http_fails_only_that_call_and_keeps_the_session() {
+    let shop = ScriptedShop::start(&[("search_catalog", vec![Act::Huge(200_000)])]);
+    let world = world_with(&shop, Options::default());
+    let mut downstream = read_json(&world.config)["downstream"].clone();
+    downstream["max_message_bytes"] = json!(65_536);
+    world.set_downstream(downstream);
+    let mut mcp = world.proxy();
+    let read = mcp.call("search_catalog", json!({"query": "socks"}));
+    assert_eq!(read["isError"], true, "{read}");
+    assert!(read.to_string().contains("only this call failed"), "{read}");
+    let paid = mcp.pay("gid://scripted/Checkout/1");
+    assert_eq!(verdict(&paid).0, "allow", "{paid}");
+    let initializes = shop
+        .seen()
+        .iter()
+        .filter(|s| s.method == "initialize")
+        .count();
+    assert_eq!(initializes, 1, "the same session throughout");
     assert_eq!(in_flight_usd(&mut mcp), 0);
 }
 

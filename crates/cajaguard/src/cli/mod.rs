@@ -219,6 +219,10 @@ pub fn open_store(policy: &Policy) -> Result<crate::store::Store, Failure> {
         code: if matches!(e, crate::store::StoreError::Unsafe { .. }) { 2 } else { 1 },
         message: e.to_string(),
         hint: Some(match policy.store {
+            // Waited the full timeout behind another process: nothing about the home is wrong.
+            _ if matches!(e, crate::store::StoreError::Busy { .. }) => {
+                "another CajaGuard process held the store the whole time; start this one again once it is done".to_owned()
+            }
             StoreConfig::Sqlite => format!(
                 "check that {} is a directory you own",
                 policy.home.display()

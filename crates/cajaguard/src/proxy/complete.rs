@@ -21,7 +21,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::checkout;
-use super::rawjson::{self, RawObject};
+use super::rawjson::RawObject;
 use super::{Answer, Proxy, Reply, ShopError, refusal, shop_failure};
 use crate::store::{AuditRecord, Claim, Conflict, Permit, ReleasedBy, StoreError};
 
@@ -38,6 +38,7 @@ impl Proxy {
         &self,
         id: &RawValue,
         params: &RawValue,
+        whole: &Value,
         arguments: &Value,
     ) -> Answer {
         let started = Instant::now();
@@ -48,16 +49,8 @@ impl Proxy {
             Ok(Some(frozen)) => return self.refuse(&gate::frozen_ruling(&frozen), audit, started),
             Err(e) => return self.refuse(&store_failed(&e), audit, started),
         }
-        match rawjson::find_duplicate_key(params.get()) {
-            Ok(None) => {}
-            Ok(Some(_)) | Err(_) => {
-                // The key is not named: it could be anything the agent sent.
-                let ruling = Ruling::new(
-                    Reason::BadRequest,
-                    "the call holds a duplicate JSON key; the shop might read the other copy",
-                );
-                return self.refuse(&ruling, audit, started);
-            }
+        if let Some(ruling) = self.forwarding_refusal(params, whole) {
+            return self.refuse(&ruling, audit, started);
         }
         let request = match gate::precheck(&self.policy, arguments) {
             Ok(request) => request,

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use cajaguard_core::approval::{RequestId, TrustedKeys};
 use cajaguard_core::gate::{self, Reason, Ruling};
 use cajaguard_core::policy::Policy;
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
@@ -122,9 +123,10 @@ impl Proxy {
         loop {
             let line = match jsonrpc::read_line(&mut input, MAX_AGENT_MESSAGE_BYTES)? {
                 Line::Eof => return Ok(()),
-                Line::TooLong => {
+                Line::TooLong { id } => {
+                    let id = id.and_then(|id| RawValue::from_string(id).ok());
                     self.send(&jsonrpc::error(
-                        None,
+                        id.as_deref(),
                         jsonrpc::INVALID_REQUEST,
                         &format!(
                             "message over {MAX_AGENT_MESSAGE_BYTES} bytes refused by CajaGuard"
@@ -151,16 +153,9 @@ impl Proxy {
             ));
             return;
         }
-        let envelope = match Envelope::parse(&line) {
+        let envelope = match Envelope::parse_agent(&line, &known_method) {
             Ok(envelope) => envelope,
-            Err(e) => {
-                self.send(&jsonrpc::error(
-                    None,
-                    jsonrpc::PARSE_ERROR,
-                    &format!("not JSON-RPC: {e}"),
-                ));
-                return;
-            }
+            Err(invalid) => return self.send(&invalid.line()),
         };
         let Some(method) = envelope.method.as_deref() else {
             // An answer to a request the proxy never makes of the agent.
@@ -214,7 +209,19 @@ impl Proxy {
         if method != "notifications/cancelled" {
             return;
         }
-        let Some(mut params) = params.and_then(|p| RawObject::parse(p.get())) else {
+        let Some(raw) = params else { return };
+        // Forwarded to the shop, so held to what a call is: no duplicate key, nothing the
+        // tripwire refuses. Dropped quietly (a notification has no answer), never logged with
+        // its content.
+        let clean = serde_json::from_str::<serde_json::Value>(raw.get())
+            .is_ok_and(|whole| self.forwarding_refusal(raw, &whole).is_none());
+        if !clean {
+            tracing::warn!(
+                "a cancellation the tripwire or the duplicate-key check refused was not forwarded"
+            );
+            return;
+        }
+        let Some(mut params) = RawObject::parse(raw.get()) else {
             return;
         };
         let Some(request_id) = params.get("requestId").map(jsonrpc::id_key) else {
@@ -346,26 +353,20 @@ impl Proxy {
     /// stdio): written to the shop from this thread, answered to the agent from the shop's reader,
     /// with no thread started and no hand-off in between. `false`: take the ordinary path.
     fn forward_inline(self: &Arc<Proxy>, id: &RawValue, params: &RawValue, era: Era) -> bool {
-        #[derive(serde::Deserialize)]
-        struct Call {
-            name: String,
-            #[serde(default)]
-            arguments: Option<serde_json::Value>,
-        }
-        let Ok(call) = serde_json::from_str::<Call>(params.get()) else {
+        let Ok(whole) = serde_json::from_str::<serde_json::Value>(params.get()) else {
+            return false;
+        };
+        let Some(name) = whole.get("name").and_then(serde_json::Value::as_str) else {
             return false;
         };
         // The gated tool and the ones that change a checkout (they take a lease in the store)
         // take the ordinary path.
-        if call.name == tools::GATED_TOOL
-            || tools::changes_checkout(&call.name)
-            || !tools::is_ucp_tool(&call.name)
+        if name == tools::GATED_TOOL || tools::changes_checkout(name) || !tools::is_ucp_tool(name)
         {
             return false;
         }
-        let arguments = call.arguments.unwrap_or(serde_json::Value::Null);
         // A refusal is audited, which writes to the store: not on the agent's reader.
-        if gate::tripwire_ruling(&self.policy, &arguments).is_some() {
+        if self.forwarding_refusal(params, &whole).is_some() {
             return false;
         }
         let key = jsonrpc::id_key(id);
@@ -381,7 +382,7 @@ impl Proxy {
             };
             proxy.finish_call(&id, answer, era);
         });
-        if !self.shop.offers_live(&call.name) {
+        if !self.shop.offers_live(name) {
             return false;
         }
         let sent = self.shop.request_detached(
@@ -423,8 +424,10 @@ impl Proxy {
                 "tools/call needs params",
             ));
         };
-        let call: Call = match serde_json::from_str(params.get()) {
-            Ok(call) => call,
+        let parsed = serde_json::from_str::<serde_json::Value>(params.get())
+            .and_then(|whole| Call::deserialize(&whole).map(|call| (whole, call)));
+        let (whole, call) = match parsed {
+            Ok(parsed) => parsed,
             Err(e) => {
                 // serde_json stops at 128 levels of nesting, before any recursive walk of ours
                 // (duplicate keys, tripwire) could run out of stack; say so plainly.
@@ -447,9 +450,9 @@ impl Proxy {
             tools::STATUS_TOOL => self.status_tool(),
             tools::APPROVAL_STATUS_TOOL => self.approval_status_tool(&arguments),
             tools::FREEZE_TOOL => self.freeze_tool(&arguments),
-            tools::GATED_TOOL => self.complete_checkout(id, params, &arguments),
+            tools::GATED_TOOL => self.complete_checkout(id, params, &whole, &arguments),
             name if tools::is_ucp_tool(name) && self.shop_offers(name) => {
-                if let Some(ruling) = gate::tripwire_ruling(&self.policy, &arguments) {
+                if let Some(ruling) = self.forwarding_refusal(params, &whole) {
                     self.audit_refusal(&call.name, &ruling);
                     return refusal(&ruling);
                 }
@@ -467,6 +470,23 @@ impl Proxy {
                 refusal(&ruling)
             }
         }
+    }
+
+    /// What refuses any call before it is forwarded, whatever the tool: a duplicate key anywhere
+    /// (the shop's parser might keep the copy the tripwire did not read), then the tripwire on the
+    /// whole `params` (SPEC §3, §5).
+    fn forwarding_refusal(&self, params: &RawValue, whole: &serde_json::Value) -> Option<Ruling> {
+        match rawjson::find_duplicate_key(params.get()) {
+            Ok(None) => {}
+            Ok(Some(_)) | Err(_) => {
+                // The key is not named: it could be anything the agent sent.
+                return Some(Ruling::new(
+                    Reason::BadRequest,
+                    "the call holds a duplicate JSON key; the shop might read the other copy",
+                ));
+            }
+        }
+        gate::tripwire_params_ruling(&self.policy, whole)
     }
 
     fn shop_offers(&self, name: &str) -> bool {
@@ -641,6 +661,14 @@ impl Proxy {
             tracing::error!("cannot write to the agent: {e}");
         }
     }
+}
+
+/// Methods the proxy serves (bad `params` for them are -32602, not -32600).
+fn known_method(method: &str) -> bool {
+    matches!(
+        method,
+        "initialize" | "server/discover" | "ping" | "tools/list" | "tools/call"
+    ) || method.starts_with("notifications/")
 }
 
 /// A refusal as the agent sees it: a tool result with `isError`, the ruling in `structuredContent`

@@ -640,7 +640,7 @@ impl<R: BufRead> SseReader<R> {
             // A line may hold a whole message plus `data: `.
             let mut line = match jsonrpc::read_line(&mut self.reader, max + 16)? {
                 Line::Eof => return Ok(None),
-                Line::TooLong => {
+                Line::TooLong { .. } => {
                     too_large = true;
                     continue;
                 }

@@ -37,7 +37,8 @@ pub enum ShopError {
     #[error("the shop stopped ({0}); it is reconnected on the next call")]
     Died(String),
     #[error(
-        "the shop sent a message over the {0}-byte limit (downstream.max_message_bytes); it was stopped"
+        "the shop's answer to this call was over the {0}-byte limit (downstream.max_message_bytes); \
+         only this call failed"
     )]
     TooLarge(usize),
     #[error("the shop broke the MCP handshake: {0}")]
@@ -103,10 +104,7 @@ impl ShopError {
     fn drops_connection(&self) -> bool {
         matches!(
             self,
-            ShopError::Died(_)
-                | ShopError::TooLarge(_)
-                | ShopError::SessionExpired
-                | ShopError::Unreachable { .. }
+            ShopError::Died(_) | ShopError::SessionExpired | ShopError::Unreachable { .. }
         )
     }
 

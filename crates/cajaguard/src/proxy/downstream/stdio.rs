@@ -301,7 +301,13 @@ impl StdioLink {
         let failure = loop {
             let line = match jsonrpc::read_line(&mut reader, max) {
                 Ok(Line::Message(line)) => line,
-                Ok(Line::TooLong) => break ShopError::TooLarge(max),
+                Ok(Line::TooLong { id }) => {
+                    // One oversized answer fails the request it answers, nothing else: the reader
+                    // is already at the next line, and the shop (and every other call in flight
+                    // on it) is kept (SPEC §3).
+                    self.oversized(id.as_deref(), max);
+                    continue;
+                }
                 Ok(Line::Eof) => break ShopError::Died("it closed its output".into()),
                 Err(e) => break ShopError::Died(e.to_string()),
             };
@@ -328,8 +334,24 @@ impl StdioLink {
         for (_, waiter) in waiting {
             waiter.finish(Err(clone_error(&failure)));
         }
-        if matches!(failure, ShopError::TooLarge(_)) {
-            self.close();
+    }
+
+    fn oversized(&self, id: Option<&str>, max: usize) {
+        let waiter = id
+            .and_then(|id| id.parse::<u64>().ok())
+            .and_then(|id| lock(&self.pending).remove(&id));
+        match waiter {
+            Some(waiter) => {
+                tracing::warn!(
+                    "the shop sent an answer over {max} bytes; that call failed, the shop is kept"
+                );
+                waiter.finish(Err(ShopError::TooLarge(max)));
+            }
+            // A notification, or an answer whose id is not in its first or last bytes: its caller
+            // (if any) times out, which for a payment is an unknown outcome, as it must be.
+            None => tracing::warn!(
+                "the shop sent a message over {max} bytes whose request could not be told; dropped"
+            ),
         }
     }
 

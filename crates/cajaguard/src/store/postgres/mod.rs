@@ -103,7 +103,25 @@ impl Postgres {
             conn: Mutex::new(None),
         };
         let mut conn = store.connect()?;
-        migrations::migrate(&mut conn.client, &store.target).map_err(|e| store.classify(e))?;
+        // Every host may start at once. Migrations queue on one advisory lock (bounded by
+        // `lock_timeout`, then `Busy`); a transaction the server aborts for a conflict all the
+        // same (a deadlock, a serialization failure, two `CREATE ... IF NOT EXISTS` racing in the
+        // catalog) is run again, as every other write is, until the lock timeout has really passed.
+        let started = std::time::Instant::now();
+        loop {
+            match migrations::migrate(&mut conn.client, &store.target) {
+                Ok(()) => break,
+                Err(StoreError::Postgres { source, .. })
+                    if migration_conflict(&source)
+                        && started.elapsed()
+                            < Duration::from_millis(u64::from(LOCK_TIMEOUT_MS)) =>
+                {
+                    tracing::info!(store = %store.target, "a migration met another host's; trying again");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => return Err(store.classify(e)),
+            }
+        }
         *store.lock() = Some(conn);
         Ok(store)
     }
@@ -306,6 +324,11 @@ fn pg_err(target: &str, source: postgres::Error) -> StoreError {
         target: target.to_owned(),
         source,
     }
+}
+
+/// A migration's transaction aborted by another host's at the same moment: safe to run again.
+fn migration_conflict(e: &postgres::Error) -> bool {
+    is_retryable(e) || matches!(e.code(), Some(&SqlState::UNIQUE_VIOLATION))
 }
 
 fn is_retryable(e: &postgres::Error) -> bool {

@@ -6,7 +6,7 @@ use std::fs::{self, DirBuilder, OpenOptions};
 use std::io::ErrorKind;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
@@ -147,8 +147,51 @@ pub(crate) fn open(home: &Path) -> Result<Connection, StoreError> {
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_NOFOLLOW;
-    let result = (|| {
-        let mut conn = Connection::open_with_flags(&db, flags)?;
+    // Opening a fresh home races every other process opening it: the switch to WAL needs the
+    // database to itself, and SQLite answers BUSY at once (without its busy handler) to a
+    // connection that finds another mid-switch or mid-recovery. So the whole opening is retried,
+    // like any write, until BUSY_TIMEOUT has really passed; only then is it `Busy`.
+    let started = Instant::now();
+    let mut attempt: i32 = 0;
+    let conn = loop {
+        match configure(&db, flags) {
+            Ok(conn) => break conn,
+            Err(e) if retry_open(&e) && started.elapsed() < BUSY_TIMEOUT => {
+                attempt = attempt.saturating_add(1);
+                // The busy handler's own ramp: short sleeps, a lock held for a millisecond.
+                busy_wait(attempt.min(6));
+            }
+            Err(e) => return Err(classify(e, home)),
+        }
+    };
+    for path in [
+        home.join(format!("{DB_FILE}-wal")),
+        home.join(format!("{DB_FILE}-shm")),
+    ] {
+        make_private(&path)?;
+    }
+    Ok(conn)
+}
+
+/// Failures of opening that another process opening the same home at that moment explains.
+fn retry_open(e: &StoreError) -> bool {
+    match e {
+        StoreError::Database(e) => matches!(
+            e.sqlite_error_code(),
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+        ),
+        // WAL refused while another connection held the database: asked again, it switches.
+        StoreError::Unsafe { why, .. } => why.starts_with(WAL_REFUSED),
+        _ => false,
+    }
+}
+
+const WAL_REFUSED: &str = "SQLite refused WAL mode";
+
+/// Opens the database file and sets it up: WAL, durability, schema. Fails as a whole, to be retried.
+fn configure(db: &Path, flags: OpenFlags) -> Result<Connection, StoreError> {
+    (|| {
+        let mut conn = Connection::open_with_flags(db, flags)?;
         // Not `busy_timeout`: SQLite's own handler sleeps 1, 2, 5, 10... up to 100 ms between tries,
         // while a gate holds the write lock for well under a millisecond; short sleeps keep the
         // processes sharing a home from idling behind a lock that is long free.
@@ -157,10 +200,8 @@ pub(crate) fn open(home: &Path) -> Result<Connection, StoreError> {
             conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Unsafe {
-                path: db.clone(),
-                why: format!(
-                    "SQLite refused WAL mode (got {mode}); use a home on a local file system"
-                ),
+                path: db.to_path_buf(),
+                why: format!("{WAL_REFUSED} (got {mode}); use a home on a local file system"),
             });
         }
         // Durability. WAL with NORMAL survives a crash of the process (kill -9): a commit is in the
@@ -175,17 +216,9 @@ pub(crate) fn open(home: &Path) -> Result<Connection, StoreError> {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         // Off: a database file a human copied in cannot run code through triggers or views.
         conn.pragma_update(None, "trusted_schema", "OFF")?;
-        migrate(&mut conn, &db)?;
+        migrate(&mut conn, db)?;
         Ok(conn)
-    })();
-    let conn = result.map_err(|e| classify(e, home))?;
-    for path in [
-        home.join(format!("{DB_FILE}-wal")),
-        home.join(format!("{DB_FILE}-shm")),
-    ] {
-        make_private(&path)?;
-    }
-    Ok(conn)
+    })()
 }
 
 fn migrate(conn: &mut Connection, db: &Path) -> Result<(), StoreError> {

@@ -1,0 +1,515 @@
+//! The test-mode tripwire (SPEC §5): refuses anything that looks like a real card number or a live
+//! credential before the shop sees it. A hit names the JSON path and the rule, never the value.
+//!
+//! It reads the whole `params` of every request and notification the proxy forwards
+//! ([`scan_params`]), keys and values alike, each string in every form a reader might see in it
+//! (`normalise.rs`: percent-escapes decoded, NFKC, invisible characters dropped), for card numbers
+//! (`cards.rs`) and live credentials (`secrets.rs`); payment instruments under
+//! `arguments.checkout.payment.instruments[]` also get the handler and credential rules.
+//!
+//! It runs on every call, so it is written to be cheap: an ASCII string with fewer than 13 digits
+//! and no `%` is looked at once and never copied, and nothing is allocated until a hit (the path is
+//! kept as borrowed segments and rendered only then).
+
+mod cards;
+mod normalise;
+mod secrets;
+
+use serde_json::{Map, Value};
+
+pub use cards::{is_card_number, luhn, unicode_digit};
+pub use normalise::{forms, normalise};
+
+use crate::policy::TestModePolicy;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// A payment instrument whose `handler_id` is not in `test_mode.handler_ids`.
+    HandlerNotTest,
+    /// A card credential (`type` card, `pan`, `network_token`, a `number`/`cvc`/`cryptogram`).
+    CardCredential,
+    /// A token credential whose token does not match `test_mode.token_pattern`.
+    TokenNotTest,
+    /// 13-19 digits passing Luhn, anywhere.
+    CardNumber,
+    /// A string with a `live` segment beneath a secret-like field.
+    LiveSecret,
+    /// `sk_live_`, `rk_live_` anywhere.
+    LiveKeyPrefix,
+}
+
+impl Rule {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rule::HandlerNotTest => "handler_not_test",
+            Rule::CardCredential => "card_credential",
+            Rule::TokenNotTest => "token_not_test",
+            Rule::CardNumber => "card_number",
+            Rule::LiveSecret => "live_secret",
+            Rule::LiveKeyPrefix => "live_key_prefix",
+        }
+    }
+
+    /// What the rule means and what to do, for a refusal's detail.
+    pub fn explain(self) -> &'static str {
+        match self {
+            Rule::HandlerNotTest => {
+                "the payment instrument's handler_id is not a test handler (test_mode.handler_ids)"
+            }
+            Rule::CardCredential => {
+                "a card credential (card, PAN, network token, number, CVC or cryptogram) is never sent in test mode"
+            }
+            Rule::TokenNotTest => "the credential is not a token matching test_mode.token_pattern",
+            Rule::CardNumber => {
+                "something that looks like a real card number (13-19 digits passing Luhn)"
+            }
+            Rule::LiveSecret => "a secret-like field holds a live-looking value",
+            Rule::LiveKeyPrefix => "a live API key prefix (sk_live_, rk_live_)",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hit {
+    /// Like `$.arguments.checkout.payment.instruments[0].credential.token`. Keys are escaped so that
+    /// a key holding a card number is not repeated in the path (the path shows `[key #n]` instead).
+    pub path: String,
+    pub rule: Rule,
+}
+
+/// Scans a tool call's arguments alone (paths from the arguments); the first hit in document order.
+pub fn scan(policy: &TestModePolicy, args: &Value) -> Option<Hit> {
+    Walker::new(policy, Root::Arguments).run(args)
+}
+
+/// Scans the whole `params` of a request or notification bound for the shop (paths from `params`:
+/// `$.arguments...`, `$._meta...`). The first hit in document order.
+pub fn scan_params(policy: &TestModePolicy, params: &Value) -> Option<Hit> {
+    Walker::new(policy, Root::Params).run(params)
+}
+
+/// True when `text`, in any of its forms, holds a card number.
+pub fn contains_card_number(text: &str) -> bool {
+    let b = text.as_bytes();
+    if text.is_ascii() && !b.contains(&b'%') {
+        return ascii_digit_count(b) >= 13 && cards::card_in(b);
+    }
+    forms(text).iter().any(|form| card_in_str(form))
+}
+
+fn card_in_str(s: &str) -> bool {
+    if s.is_ascii() {
+        return cards::card_in(s.as_bytes());
+    }
+    let chars: Vec<char> = s.chars().collect();
+    chars
+        .iter()
+        .filter(|c| cards::digit_value(**c).is_some())
+        .count()
+        >= 13
+        && cards::card_in(&chars)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Root {
+    /// The value scanned is a tool call's `arguments`.
+    Arguments,
+    /// The value scanned is a message's `params`; a tool call's arguments are under `arguments`.
+    Params,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Seg<'a> {
+    Key(&'a str, usize),
+    Index(usize),
+}
+
+fn render(stack: &[Seg<'_>]) -> String {
+    let mut out = String::from("$");
+    for seg in stack {
+        match seg {
+            Seg::Key(k, _) if key_safe_to_show(k) => {
+                out.push('.');
+                out.push_str(k);
+            }
+            Seg::Key(_, i) => out.push_str(&format!("[key #{i}]")),
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// A key is echoed only if it cannot carry a secret: short, plain letters, no digits (digits in
+/// several keys could join into a card number across the `.` between path segments), no `live`.
+fn key_safe_to_show(k: &str) -> bool {
+    let b = k.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && b.iter()
+            .all(|c| c.is_ascii_alphabetic() || *c == b'_' || *c == b'-')
+        && !secrets::contains_ci(b, b"live")
+}
+
+struct Walker<'p, 'a> {
+    policy: &'p TestModePolicy,
+    root: Root,
+    stack: Vec<Seg<'a>>,
+    /// How many secret-like field names lie above the current value: under any of them, a `live`
+    /// segment in any string is a live secret, however deep.
+    secret_depth: usize,
+}
+
+impl<'p, 'a> Walker<'p, 'a> {
+    fn new(policy: &'p TestModePolicy, root: Root) -> Self {
+        Walker {
+            policy,
+            root,
+            stack: Vec::with_capacity(16),
+            secret_depth: 0,
+        }
+    }
+
+    fn run(mut self, v: &'a Value) -> Option<Hit> {
+        let rule = self.value(v, false)?;
+        Some(Hit {
+            path: render(&self.stack),
+            rule,
+        })
+    }
+
+    /// Leaves the stack at the hit's path when it returns `Some`. `credential`: `v` is the value of
+    /// a credential-like field.
+    fn value(&mut self, v: &'a Value, credential: bool) -> Option<Rule> {
+        match v {
+            Value::String(s) => string_rules(s, self.secret_depth > 0),
+            Value::Number(n) => cards::number_is_card(n).then_some(Rule::CardNumber),
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    self.stack.push(Seg::Index(i));
+                    if self.at_instrument()
+                        && let Some(rule) = self.instrument(item)
+                    {
+                        return Some(rule);
+                    }
+                    if let Some(rule) = self.value(item, credential) {
+                        return Some(rule);
+                    }
+                    self.stack.pop();
+                }
+                None
+            }
+            Value::Object(map) => self.object(map, credential),
+            Value::Null | Value::Bool(_) => None,
+        }
+    }
+
+    fn object(&mut self, map: &'a Map<String, Value>, credential: bool) -> Option<Rule> {
+        for (i, (k, item)) in map.iter().enumerate() {
+            self.stack.push(Seg::Key(k, i));
+            if let Some(rule) = string_rules(k, self.secret_depth > 0) {
+                return Some(rule);
+            }
+            let name = normalise(k);
+            let carries = !item.is_null();
+            if carries
+                && (secrets::card_field_anywhere(&name)
+                    || (credential && secrets::card_field_in_credential(&name)))
+            {
+                return Some(Rule::CardCredential);
+            }
+            if credential
+                && name.eq_ignore_ascii_case("type")
+                && item.as_str().is_some_and(secrets::card_credential_type)
+            {
+                return Some(Rule::CardCredential);
+            }
+            // Whether a name is secret-like matters only for what may hold a `live` beneath it.
+            let (secret, credential) = match item {
+                // A `live` can only be in another form of a string with `%` or non-ASCII.
+                Value::String(s) => (
+                    (!s.is_ascii()
+                        || s.contains('%')
+                        || secrets::contains_ci(s.as_bytes(), b"live"))
+                        && secrets::secret_like_name(&name),
+                    false,
+                ),
+                Value::Array(_) | Value::Object(_) => (
+                    secrets::secret_like_name(&name),
+                    secrets::credential_name(&name),
+                ),
+                _ => (false, false),
+            };
+            self.secret_depth += usize::from(secret);
+            let found = self.value(item, credential);
+            self.secret_depth -= usize::from(secret);
+            if found.is_some() {
+                return found;
+            }
+            self.stack.pop();
+        }
+        None
+    }
+
+    /// `checkout.payment.instruments[i]` of a tool call's arguments (create, update, complete).
+    fn at_instrument(&self) -> bool {
+        let tail = match (self.root, self.stack.split_first()) {
+            (Root::Arguments, _) => self.stack.as_slice(),
+            (Root::Params, Some((Seg::Key("arguments", _), rest))) => rest,
+            (Root::Params, _) => return false,
+        };
+        matches!(
+            tail,
+            [
+                Seg::Key("checkout", _),
+                Seg::Key("payment", _),
+                Seg::Key("instruments", _),
+                Seg::Index(_)
+            ]
+        )
+    }
+
+    fn push_field(&mut self, map: &'a Map<String, Value>, name: &str) {
+        if let Some((i, (k, _))) = map
+            .iter()
+            .enumerate()
+            .find(|(_, (k, _))| k.as_str() == name)
+        {
+            self.stack.push(Seg::Key(k, i));
+        }
+    }
+
+    /// Handler and credential rules. Only the handler and the credential are judged: an
+    /// instrument's own `type: card` is how UCP describes a tokenized card and is no reason to refuse.
+    fn instrument(&mut self, v: &'a Value) -> Option<Rule> {
+        let Some(inst) = v.as_object() else {
+            return Some(Rule::HandlerNotTest);
+        };
+        match inst.get("handler_id") {
+            Some(Value::String(h)) if self.policy.handler_ids.contains(h) => {}
+            _ => {
+                self.push_field(inst, "handler_id");
+                return Some(Rule::HandlerNotTest);
+            }
+        }
+        let cred_value = inst.get("credential")?;
+        self.push_field(inst, "credential");
+        let Some(cred) = cred_value.as_object() else {
+            return Some(Rule::TokenNotTest);
+        };
+        if let Some((k, _)) = cred.iter().find(|(k, v)| {
+            k.eq_ignore_ascii_case("type") && v.as_str().is_some_and(secrets::card_credential_type)
+        }) {
+            self.push_field(cred, k);
+            return Some(Rule::CardCredential);
+        }
+        if let Some(k) = cred
+            .keys()
+            .find(|k| secrets::card_field_in_credential(&normalise(k)))
+        {
+            self.push_field(cred, k);
+            return Some(Rule::CardCredential);
+        }
+        match cred.get("token") {
+            Some(Value::String(t)) if self.policy.token_pattern.is_match(t) => {
+                self.stack.pop();
+                None
+            }
+            _ => {
+                self.push_field(cred, "token");
+                Some(Rule::TokenNotTest)
+            }
+        }
+    }
+}
+
+/// What one pass over a string's bytes tells about which rules could apply, so that most strings
+/// are looked at once and never copied.
+#[derive(Clone, Copy)]
+struct Profile {
+    /// ASCII with no `%`: the string is its only form.
+    plain: bool,
+    digits: usize,
+    underscore: bool,
+    /// An `l`/`L`: every live rule needs one (forms are normalised, so `ｌ` is `l` by then).
+    maybe_live: bool,
+}
+
+impl Profile {
+    fn of(b: &[u8]) -> Profile {
+        let (mut high, mut digits, mut underscore, mut l, mut percent) =
+            (0u8, 0usize, false, false, false);
+        for &c in b {
+            high |= c & 0x80;
+            digits += usize::from(c.is_ascii_digit());
+            underscore |= c == b'_';
+            l |= (c | 0x20) == b'l';
+            percent |= c == b'%';
+        }
+        let plain = high == 0 && !percent;
+        Profile {
+            plain,
+            digits,
+            underscore,
+            maybe_live: l,
+        }
+    }
+}
+
+/// Live keys, live secrets (when beneath a secret-like name) and card numbers in one string, a
+/// value or a key, in every form of it.
+fn string_rules(s: &str, under_secret: bool) -> Option<Rule> {
+    let profile = Profile::of(s.as_bytes());
+    if profile.plain {
+        return form_rules(s, profile, under_secret);
+    }
+    forms(s).iter().find_map(|form| {
+        let profile = Profile::of(form.as_bytes());
+        form_rules(form, profile, under_secret)
+    })
+}
+
+fn form_rules(s: &str, profile: Profile, under_secret: bool) -> Option<Rule> {
+    if under_secret && profile.maybe_live && secrets::has_live_segment(s) {
+        return Some(Rule::LiveSecret);
+    }
+    if profile.maybe_live && profile.underscore && secrets::has_live_prefix(s.as_bytes()) {
+        return Some(Rule::LiveKeyPrefix);
+    }
+    if s.is_ascii() {
+        return (profile.digits >= 13 && cards::card_in(s.as_bytes())).then_some(Rule::CardNumber);
+    }
+    card_in_str(s).then_some(Rule::CardNumber)
+}
+
+fn ascii_digit_count(b: &[u8]) -> usize {
+    b.iter().filter(|c| c.is_ascii_digit()).count()
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn policy() -> TestModePolicy {
+        TestModePolicy::spec_default()
+    }
+
+    #[test]
+    fn nd_table_entries_are_unicode_digits() {
+        for zero in cards::ND_ZEROS {
+            for d in 0..10 {
+                let c = char::from_u32(zero + d).unwrap();
+                assert!(c.is_numeric(), "U+{:04X} is not numeric", zero + d);
+                assert_eq!(unicode_digit(c), Some(d as u8));
+            }
+        }
+        assert!(
+            cards::ND_ZEROS.windows(2).all(|w| w[0] + 10 <= w[1]),
+            "sorted, non-overlapping"
+        );
+        assert_eq!(unicode_digit('٤'), Some(4));
+        assert_eq!(unicode_digit('४'), Some(4));
+        assert_eq!(unicode_digit('a'), None);
+        assert_eq!(unicode_digit('²'), None);
+    }
+
+    #[test]
+    fn card_numbers_in_many_forms() {
+        for yes in [
+            "4111111111111111",
+            "4111 1111 1111 1111",
+            "4111-1111-1111-1111",
+            "4111.1111.1111.1111",
+            "card: 4111 1111 1111 1111, exp 12/30",
+            "４１１１１１１１１１１１１１１１",
+            "٤١١١١١١١١١١١١١١١",
+            "४१११११११११११११११",
+            "4111\u{00A0}1111\u{00A0}1111\u{00A0}1111",
+            "4111\u{3000}1111\u{3000}1111\u{3000}1111",
+            "4111  1111\t1111 \u{00A0} 1111",
+            "4111\u{200B}1111\u{200D}1111\u{00AD}1111",
+            "4\u{0301}111111111111111",
+            "4111%201111%201111%201111",
+            "4111%25201111%25201111%25201111",
+            "378282246310005",
+        ] {
+            assert!(contains_card_number(yes), "{yes}");
+        }
+        for no in [
+            "4111111111111112",
+            "41111111111111110000",
+            "411111111111",
+            "2c9a1f5e-8d3b-4a71-9e02-6f4b3c2d1a00",
+            "00000000-0000-4000-8000-000000000000",
+            "gid://fixture/Checkout/1",
+        ] {
+            assert!(!contains_card_number(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn paths_never_echo_a_secret_key() {
+        let hit = scan(&policy(), &json!({"note": {"4111111111111111": 1}})).unwrap();
+        assert_eq!(hit.rule, Rule::CardNumber);
+        assert_eq!(hit.path, "$.note[key #0]");
+        let hit = scan(&policy(), &json!({"a": [1, {"b": 4111111111111111_u64}]})).unwrap();
+        assert_eq!(hit.path, "$.a[1].b");
+        // Digits split across keys must not join into a card number in the path.
+        let hit = scan(
+            &policy(),
+            &json!({"411111": {"111111": {"1111": {"x": "sk_live_1"}}}}),
+        )
+        .unwrap();
+        assert_eq!(hit.path, "$[key #0][key #0][key #0].x");
+    }
+
+    #[test]
+    fn instruments_and_credentials() {
+        let args =
+            |inst: Value| json!({"id": "c1", "checkout": {"payment": {"instruments": [inst]}}});
+        let p = policy();
+        let ok = json!({"id": "i1", "handler_id": "fixture_test_handler", "type": "card",
+                        "credential": {"type": "token", "token": "cg_test_abcdefgh1"}});
+        assert_eq!(scan(&p, &args(ok)), None);
+        let shop_pay = json!({"id": "i1", "handler_id": "com.shopify.shop_pay", "type": "card"});
+        let hit = scan(&p, &args(shop_pay)).unwrap();
+        assert_eq!(
+            (hit.rule, hit.path.as_str()),
+            (
+                Rule::HandlerNotTest,
+                "$.checkout.payment.instruments[0].handler_id"
+            )
+        );
+        let pan = json!({"id": "i1", "handler_id": "fixture_test_handler", "type": "card",
+                         "credential": {"type": "pan", "number": "4111111111111111"}});
+        let hit = scan(&p, &args(pan)).unwrap();
+        assert_eq!(
+            (hit.rule, hit.path.as_str()),
+            (
+                Rule::CardCredential,
+                "$.checkout.payment.instruments[0].credential.type"
+            )
+        );
+        let live = json!({"id": "i1", "handler_id": "fixture_test_handler", "type": "card",
+                          "credential": {"type": "token", "token": "tok_live_abcdef"}});
+        let hit = scan(&p, &args(live)).unwrap();
+        assert_eq!(hit.rule, Rule::TokenNotTest);
+        assert_eq!(
+            hit.path,
+            "$.checkout.payment.instruments[0].credential.token"
+        );
+        let hit = scan(&p, &json!({"meta": {"api_key": "live-abc"}})).unwrap();
+        assert_eq!(
+            (hit.rule, hit.path.as_str()),
+            (Rule::LiveSecret, "$.meta.api_key")
+        );
+        let hit = scan(&p, &json!({"query": "use SK_LIVE_abc please"})).unwrap();
+        assert_eq!(hit.rule, Rule::LiveKeyPrefix);
+        assert_eq!(
+            scan(
+                &p,
+                &json!({"query": "delivery by friday", "session_key": "olive_tree"})
+            ),
+            None
+        );
+    }
+}

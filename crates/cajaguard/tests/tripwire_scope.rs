@@ -1,0 +1,147 @@
+//! The tripwire's scope through a real `cajaguard mcp` (SPEC §5; regression, issue 13): every
+//! must-refuse form of the committed corpus (`crates/cajaguard-core/tests/corpus/tripwire.jsonl`),
+//! put in `_meta`, in the arguments and in keys, on several tools, is refused before the shop; the
+//! fixture shop's own record (`calls.jsonl`) shows none of them arrived. A duplicate key on a call
+//! that is not gated is refused too.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use serde_json::{Value, json};
+use support::*;
+
+const CORPUS: &str = include_str!("../../cajaguard-core/tests/corpus/tripwire.jsonl");
+
+const TOOLS: &[&str] = &[
+    "search_catalog",
+    "get_product",
+    "create_checkout",
+    "update_checkout",
+    "get_checkout",
+    "complete_checkout",
+    "create_cart",
+];
+
+fn refusal_reason(answer: &Value) -> String {
+    let result = &answer["result"];
+    assert_eq!(result["isError"], true, "not refused: {answer}");
+    result["structuredContent"]["cajaguard"]["reason"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no reason: {answer}"))
+        .to_owned()
+}
+
+/// Clean arguments for `tool`, so that only the planted form can be refused.
+fn base_arguments(tool: &str) -> Value {
+    match tool {
+        "complete_checkout" => Mcp::complete_arguments("gid://fixture/Checkout/1", &uuid()),
+        "search_catalog" => json!({"query": "socks"}),
+        _ => json!({"id": "gid://fixture/Checkout/1", "meta": {"idempotency-key": uuid()}}),
+    }
+}
+
+#[test]
+fn every_corpus_form_is_refused_before_the_shop_wherever_it_is_put() {
+    let world = World::new();
+    let mut mcp = world.proxy();
+    let before = world.shop_calls().len();
+    let mut sent = 0;
+    for (n, line) in CORPUS.lines().enumerate() {
+        let case: Value = serde_json::from_str(line).unwrap();
+        if case["expect"] != "refuse" {
+            continue;
+        }
+        let form = case["form"].as_str().unwrap();
+        // A planted value: a string or a structure; the instrument cases are whole arguments.
+        let planted = case.get("text").or(case.get("json")).cloned();
+        let mut placements: Vec<(&str, &str, Value)> = Vec::new();
+        match planted {
+            Some(planted) => {
+                let tool = TOOLS[n % TOOLS.len()];
+                let other = TOOLS[(n + 3) % TOOLS.len()];
+                let mut args = base_arguments(tool);
+                args["note"] = planted.clone();
+                placements.push(("arguments", tool, json!({"name": tool, "arguments": args})));
+                placements.push((
+                    "_meta",
+                    other,
+                    json!({"name": other, "arguments": base_arguments(other), "_meta": {"progressToken": 1, "x": planted}}),
+                ));
+                if let Some(text) = planted.as_str() {
+                    let mut args = base_arguments(tool);
+                    args[text] = json!("value");
+                    placements.push((
+                        "a key in the arguments",
+                        tool,
+                        json!({"name": tool, "arguments": args}),
+                    ));
+                    let mut meta = serde_json::Map::new();
+                    meta.insert(text.to_owned(), json!(true));
+                    placements.push((
+                        "a key in _meta",
+                        other,
+                        json!({"name": other, "arguments": base_arguments(other), "_meta": meta}),
+                    ));
+                }
+            }
+            None => {
+                for tool in ["create_checkout", "update_checkout", "complete_checkout"] {
+                    placements.push((
+                        "arguments",
+                        tool,
+                        json!({"name": tool, "arguments": case["arguments"]}),
+                    ));
+                }
+            }
+        }
+        for (place, tool, params) in placements {
+            let answer = mcp.request("tools/call", params);
+            assert_eq!(
+                refusal_reason(&answer),
+                "test_mode_credential",
+                "{form} in {place} of {tool}: {answer}"
+            );
+            sent += 1;
+        }
+    }
+    assert!(sent > 400, "only {sent} calls: the corpus lost its cases");
+    assert_eq!(
+        world.shop_calls().len(),
+        before,
+        "a refused form reached the shop"
+    );
+    // The record does see what is forwarded.
+    mcp.call("search_catalog", json!({"query": "socks"}));
+    assert_eq!(world.shop_calls().len(), before + 1);
+}
+
+/// A duplicate key on a call that is not gated: the shop's parser may keep the first copy (the
+/// card number), the tripwire reads the last. Refused, never forwarded.
+#[test]
+fn a_duplicate_key_on_any_forwarded_call_is_refused() {
+    let world = World::new();
+    let mut mcp = world.proxy();
+    let before = world.shop_calls().len();
+    for (id, params) in [
+        (
+            1,
+            r#"{"name":"search_catalog","arguments":{"query":"4111 1111 1111 1111","query":"socks"}}"#,
+        ),
+        (
+            2,
+            r#"{"name":"get_product","arguments":{"id":"gid://fixture/Product/trail-socks"},"_meta":{"a":1,"a":2}}"#,
+        ),
+        (
+            3,
+            r#"{"name":"search_catalog","name":"search_catalog","arguments":{"query":"socks"}}"#,
+        ),
+    ] {
+        mcp.send_line(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#
+        ));
+        let answer = mcp.answer_to(id);
+        assert_eq!(refusal_reason(&answer), "bad_request", "{params}: {answer}");
+    }
+    assert_eq!(world.shop_calls().len(), before);
+}
