@@ -8,6 +8,7 @@
 //! `<!-- report:end -->` in README.md. `--quick` (small n, 10^5 instead of 10^6 ledger rows) writes
 //! `target/report/` unless `--out` says otherwise, so it never overwrites the committed report.
 
+mod basket;
 mod render;
 mod scenarios;
 mod stats;

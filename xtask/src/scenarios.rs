@@ -224,13 +224,13 @@ impl Scenarios {
     }
 }
 
-struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     bins: &'a Bins,
     scratch: &'a Path,
 }
 
 impl Ctx<'_> {
-    fn world(&self, options: Options) -> Result<World> {
+    pub(crate) fn world(&self, options: Options) -> Result<World> {
         World::new(self.bins, self.scratch, options)
     }
 }
@@ -278,7 +278,7 @@ fn matches(row: usize, observed: &Ruling) -> bool {
 }
 
 /// One attempt and whether it reached the shop (the shop's count before and after).
-fn attempt(
+pub(crate) fn attempt(
     world: &World,
     checkout: &str,
     call: impl FnOnce() -> Result<Value>,
@@ -352,7 +352,7 @@ pub fn run(bins: &Bins, scratch: &Path, progress: &dyn Fn(&str)) -> Scenarios {
         })
         .collect();
 
-    let project_flows: [(&str, &str, ProjectFlow); 4] = [
+    let project_flows: [(&str, &str, ProjectFlow); 9] = [
         (
             "8 processes race split purchases (USD 45.00 each) on one home",
             "3 allow / 5 over_window_cap, 3 reached shop, USD 135.00 counted",
@@ -372,6 +372,31 @@ pub fn run(bins: &Bins, scratch: &Path, progress: &dyn Fn(&str)) -> Scenarios {
             "kill -9 of the proxy between reservation and answer, then restart",
             "after restart USD 45.00 in flight; 45 + 45 allowed, next 45 over_window_cap; retry of the killed attempt forwarded; USD 135.00 counted, 0 in flight",
             kill_between_reservation_and_answer,
+        ),
+        (
+            "update to a Down parka pipelined behind an allowed 2 x Trail socks, 20 offsets, same and second session",
+            "no completed checkout holds another basket than the gate checked; counted = 24.00 per completion",
+            crate::basket::swap_behind_an_allowed_complete,
+        ),
+        (
+            "live mode: retry (same key) of a lost approved payment after the basket grew",
+            "retry blocked/payment_in_flight, not forwarded; 1 complete at the shop",
+            crate::basket::retry_with_another_basket,
+        ),
+        (
+            "approved Day pack, then another product at the same price on the line",
+            "blocked/pending_approval under a new request id, not forwarded",
+            crate::basket::same_price_product_swap,
+        ),
+        (
+            "shop charges, then answers with neither result nor error (4 x USD 48.00, window 150.00)",
+            "3 within_caps kept in flight (USD 144.00 counted), 4th over_window_cap",
+            crate::basket::malformed_answer_after_a_charge,
+        ),
+        (
+            "shop completes USD 26.00 for a USD 24.00 quote",
+            "mismatch [total], USD 26.00 counted, another process blocked/frozen, unfreeze needs the human (exit 2 without), then within_caps",
+            crate::basket::mismatched_charge_freezes,
         ),
     ];
     let project = project_flows
@@ -458,7 +483,7 @@ fn blocked_day_pack(world: &World, mcp: &mut Mcp) -> Result<(String, String, Val
     Ok((checkout, total, result, reached, request_id))
 }
 
-fn approve(world: &World, request_id: &str, extra: &[&str]) -> Result<()> {
+pub(crate) fn approve(world: &World, request_id: &str, extra: &[&str]) -> Result<()> {
     let mut args = vec!["approve", request_id, "--yes"];
     args.extend_from_slice(extra);
     let out = world.cli(&args)?;
@@ -918,6 +943,6 @@ fn kill_between_reservation_and_answer(ctx: &Ctx) -> Result<(String, bool)> {
     Ok((observed, ok))
 }
 
-fn yes_no(b: bool) -> &'static str {
+pub(crate) fn yes_no(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }

@@ -278,6 +278,27 @@ impl Mcp {
         }
     }
 
+    /// The responses to several pipelined requests, in the order of `ids`, whatever order they
+    /// come in (skipping notifications).
+    pub fn wait_responses(&mut self, ids: &[u64]) -> Result<Vec<Value>> {
+        let mut found: Vec<Option<Value>> = vec![None; ids.len()];
+        while found.iter().any(Option::is_none) {
+            let mut line = String::new();
+            if self.stdout.read_line(&mut line)? == 0 {
+                bail!("the MCP server closed its output");
+            }
+            let message: Value = serde_json::from_str(&line)
+                .map_err(|e| anyhow!("not JSON from the MCP server ({e})"))?;
+            if let Some(i) = ids
+                .iter()
+                .position(|id| message.get("id") == Some(&json!(id)))
+            {
+                found[i] = Some(message);
+            }
+        }
+        Ok(found.into_iter().flatten().collect())
+    }
+
     pub fn request(&mut self, method: &str, params: Value) -> Result<Value> {
         let id = self.send_request(method, params)?;
         self.wait_response(id)

@@ -190,7 +190,7 @@ fn what_the_shop_answers_to_the_payment_settles_it_fail_closed() {
         let differs = name.starts_with("charged") || name.starts_with("float");
         let conn = rusqlite::Connection::open(world.home.join("cajaguard.db")).unwrap();
         let frozen: i64 = conn
-            .query_row("SELECT COUNT(*) FROM freeze", [], |r| r.get(0))
+            .query_row("SELECT COUNT(*) FROM payment_freeze", [], |r| r.get(0))
             .unwrap();
         assert_eq!(
             frozen,

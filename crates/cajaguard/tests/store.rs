@@ -1510,7 +1510,7 @@ fn postgres_concurrent_starters_migrate_once() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, vec![1]);
+    assert_eq!(versions, vec![1, 2]);
     for (n, store) in stores.iter().enumerate() {
         gate_with(
             store,
@@ -1616,6 +1616,200 @@ fn postgres_url_env_and_errors_never_show_the_password() {
     // their URL from the environment.)
 }
 
+// ---- claims, update leases and the freeze (SPEC §4 step 3a, §7) ----
+
+fn claims_keep_updates_and_other_payments_off_until_settlement(kind: Kind) {
+    let Some(fx) = Fixture::open(kind) else {
+        return;
+    };
+    let store = &fx.store;
+    let lease_for = |now| store.begin_update("c1", now, Duration::from_secs(20), DAY);
+    // A refused payment ends its claim in the gate's transaction.
+    gate_with(store, "c1", "k1", "USD", 8900, NOW, refuse(None)).unwrap();
+    let lease = lease_for(NOW)
+        .unwrap()
+        .expect("a refused payment left no claim");
+    // An update on its way keeps payments off; once it is answered they may claim again.
+    assert_eq!(
+        store.claim("c1", "k1", NOW, DAY).unwrap().err(),
+        Some(Conflict::UpdateInFlight)
+    );
+    store.end_update(lease).unwrap();
+    gate_with(
+        store,
+        "c1",
+        "k1",
+        "USD",
+        2400,
+        NOW,
+        forward("USD", 2400, None),
+    )
+    .unwrap();
+    // In flight: no update, no other payment; a retry of the same one rides on it.
+    assert_eq!(
+        lease_for(NOW).unwrap().err(),
+        Some(Conflict::PaymentInFlight)
+    );
+    assert_eq!(
+        store.claim("c1", "k2", NOW, DAY).unwrap().err(),
+        Some(Conflict::PaymentInFlight)
+    );
+    assert!(
+        store
+            .claim("c1", "k1", NOW, DAY)
+            .unwrap()
+            .unwrap()
+            .is_retry()
+    );
+    // An unknown outcome keeps the claim however old it gets.
+    store
+        .settle("c1", "k1", &Settlement::Unknown, ReleasedBy::Shop, NOW)
+        .unwrap();
+    let much_later = NOW + time::Duration::days(3);
+    assert_eq!(
+        lease_for(much_later).unwrap().err(),
+        Some(Conflict::PaymentInFlight)
+    );
+    // The settlement ends it.
+    store
+        .settle("c1", "k1", &Settlement::Released, ReleasedBy::Shop, NOW)
+        .unwrap();
+    let lease = lease_for(NOW).unwrap().expect("settled: updates may go");
+    store.end_update(lease).unwrap();
+}
+
+fn an_abandoned_claim_lapses_only_without_a_reservation(kind: Kind) {
+    let Some(fx) = Fixture::open(kind) else {
+        return;
+    };
+    let store = &fx.store;
+    let orphan_after = Duration::from_secs(20);
+    let held = store.claim("c1", "k1", NOW, orphan_after).unwrap().unwrap();
+    // Young: another payment and updates wait.
+    let soon = NOW + time::Duration::seconds(5);
+    assert!(
+        store
+            .claim("c1", "k2", soon, orphan_after)
+            .unwrap()
+            .is_err()
+    );
+    assert!(
+        store
+            .begin_update("c1", soon, orphan_after, orphan_after)
+            .unwrap()
+            .is_err()
+    );
+    // Old and never reserved (its holder crashed reading the checkout): it is replaced, and the
+    // old holder can no longer forward anything under it.
+    let late = NOW + time::Duration::seconds(30);
+    let taken = store
+        .claim("c1", "k2", late, orphan_after)
+        .unwrap()
+        .unwrap();
+    let err = store
+        .gate(
+            &held,
+            &request("c1", "k1"),
+            &quote("c1", "USD", 2400),
+            &d(1),
+            DAY,
+            late,
+            &mut |_, _| forward("USD", 2400, None),
+            &record(late),
+        )
+        .err()
+        .unwrap();
+    assert!(matches!(err, StoreError::ClaimLost), "{err}");
+    assert_eq!(spend(store, late, "USD"), WindowSpend::default());
+    store.abandon(taken).unwrap();
+    assert!(
+        store
+            .begin_update("c1", late, orphan_after, orphan_after)
+            .unwrap()
+            .is_ok()
+    );
+}
+
+fn a_freeze_holds_until_its_own_signed_unfreeze(kind: Kind) {
+    use cajaguard_core::freeze::{sign_unfreeze, verify_unfreeze};
+    let Some(fx) = Fixture::open(kind) else {
+        return;
+    };
+    let store = &fx.store;
+    assert_eq!(store.frozen().unwrap(), None);
+    let frozen = store.freeze("charged_differs", NOW, &record(NOW)).unwrap();
+    // A second freeze keeps the first (its time is what an unfreeze names).
+    let again = store
+        .freeze(
+            "another reason",
+            NOW + time::Duration::minutes(1),
+            &record(NOW),
+        )
+        .unwrap();
+    assert_eq!(again, frozen);
+    let (view, _) = gate_with(store, "c1", "k1", "USD", 2400, NOW, refuse(None)).unwrap();
+    assert_eq!(
+        view.frozen.as_ref(),
+        Some(&frozen),
+        "the gate reads the freeze"
+    );
+
+    let key = SigningKey::from_seed(&[3; 32]);
+    let trusted = TrustedKeys(vec![key.public_key()]);
+    let doc = sign_unfreeze(&key, &frozen, NOW, [9; 16], "checked");
+    let verified = verify_unfreeze(&doc, &trusted, &frozen, NOW).unwrap();
+    store
+        .unfreeze(&frozen, &verified, NOW, &record(NOW))
+        .unwrap();
+    assert_eq!(store.frozen().unwrap(), None);
+    // Frozen again: the old unfreeze is spent and names another freeze.
+    let refrozen = store
+        .freeze("again", NOW + time::Duration::minutes(2), &record(NOW))
+        .unwrap();
+    assert!(matches!(
+        store.unfreeze(&frozen, &verified, NOW, &record(NOW)),
+        Err(StoreError::NotThatFreeze)
+    ));
+    assert!(matches!(
+        store.unfreeze(&refrozen, &verified, NOW, &record(NOW)),
+        Err(StoreError::NotThatFreeze)
+    ));
+    assert!(store.frozen().unwrap().is_some());
+}
+
+fn a_charge_in_another_currency_counts_there(kind: Kind) {
+    let Some(fx) = Fixture::open(kind) else {
+        return;
+    };
+    let store = &fx.store;
+    gate_with(
+        store,
+        "c1",
+        "k1",
+        "USD",
+        2400,
+        NOW,
+        forward("USD", 2400, None),
+    )
+    .unwrap();
+    let charged = Settlement::Completed(Charge {
+        amount: 21900,
+        currency: Some("JPY".into()),
+        differs: vec!["currency", "total"],
+    });
+    store
+        .settle("c1", "k1", &charged, ReleasedBy::Shop, NOW)
+        .unwrap();
+    assert_eq!(spend(store, NOW, "USD"), WindowSpend::default());
+    assert_eq!(
+        spend(store, NOW, "JPY"),
+        WindowSpend {
+            settled: 21900,
+            in_flight: 0
+        }
+    );
+}
+
 macro_rules! both {
     ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
         mod sqlite {
@@ -1645,6 +1839,10 @@ both!(
     approval_status_follows_the_request,
     approval_status_of_a_moved_file_uses_its_own_digest,
     the_window_reads_only_buckets_at_100k_rows,
+    claims_keep_updates_and_other_payments_off_until_settlement,
+    an_abandoned_claim_lapses_only_without_a_reservation,
+    a_freeze_holds_until_its_own_signed_unfreeze,
+    a_charge_in_another_currency_counts_there,
     #[ignore = "slow (seeds a million rows); run with --ignored"]
     the_window_reads_only_buckets_at_1m_rows,
 );

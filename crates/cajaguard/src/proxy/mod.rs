@@ -361,8 +361,7 @@ impl Proxy {
         };
         // The gated tool and the ones that change a checkout (they take a lease in the store)
         // take the ordinary path.
-        if name == tools::GATED_TOOL || tools::changes_checkout(name) || !tools::is_ucp_tool(name)
-        {
+        if name == tools::GATED_TOOL || tools::changes_checkout(name) || !tools::is_ucp_tool(name) {
             return false;
         }
         // A refusal is audited, which writes to the store: not on the agent's reader.

@@ -636,7 +636,10 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn frozen(&mut self) -> Result<Option<(i64, String)>, StoreError> {
-        let Some(row) = self.query_opt("SELECT frozen_at, reason FROM freeze WHERE id = 1", &[])?
+        let Some(row) = self.query_opt(
+            "SELECT frozen_at, reason FROM payment_freeze WHERE id = 1",
+            &[],
+        )?
         else {
             return Ok(None);
         };
@@ -645,14 +648,14 @@ impl Tx for PgTx<'_, '_> {
 
     fn freeze_put(&mut self, at_us: i64, reason: &str) -> Result<(), StoreError> {
         self.execute(
-            "INSERT INTO freeze (id, frozen_at, reason) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING",
+            "INSERT INTO payment_freeze (id, frozen_at, reason) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING",
             &[&at_us, &reason],
         )?;
         Ok(())
     }
 
     fn freeze_delete(&mut self) -> Result<(), StoreError> {
-        self.execute("DELETE FROM freeze WHERE id = 1", &[])?;
+        self.execute("DELETE FROM payment_freeze WHERE id = 1", &[])?;
         Ok(())
     }
 

@@ -332,7 +332,7 @@ impl Tx for SqliteTx<'_> {
     fn frozen(&mut self) -> Result<Option<(i64, String)>, StoreError> {
         Ok(self
             .conn
-            .prepare_cached("SELECT frozen_at, reason FROM freeze WHERE id = 1")?
+            .prepare_cached("SELECT frozen_at, reason FROM payment_freeze WHERE id = 1")?
             .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?)
     }
@@ -340,7 +340,7 @@ impl Tx for SqliteTx<'_> {
     fn freeze_put(&mut self, at_us: i64, reason: &str) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(
-                "INSERT INTO freeze (id, frozen_at, reason) VALUES (1, ?1, ?2) ON CONFLICT (id) DO NOTHING",
+                "INSERT INTO payment_freeze (id, frozen_at, reason) VALUES (1, ?1, ?2) ON CONFLICT (id) DO NOTHING",
             )?
             .execute(params![at_us, reason])?;
         Ok(())
@@ -348,7 +348,7 @@ impl Tx for SqliteTx<'_> {
 
     fn freeze_delete(&mut self) -> Result<(), StoreError> {
         self.conn
-            .prepare_cached("DELETE FROM freeze WHERE id = 1")?
+            .prepare_cached("DELETE FROM payment_freeze WHERE id = 1")?
             .execute([])?;
         Ok(())
     }

@@ -123,7 +123,7 @@ CREATE TABLE update_leases (
     expires_at  INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX update_leases_checkout ON update_leases (checkout_id);
-CREATE TABLE freeze (
+CREATE TABLE payment_freeze (
     id        INTEGER PRIMARY KEY CHECK (id = 1),
     frozen_at INTEGER NOT NULL,
     reason    TEXT NOT NULL

@@ -25,7 +25,7 @@ CREATE TABLE update_leases (
 CREATE INDEX update_leases_checkout ON update_leases (checkout_id);
 
 -- At most one row: payments are frozen while it exists.
-CREATE TABLE freeze (
+CREATE TABLE payment_freeze (
     id        INTEGER PRIMARY KEY CHECK (id = 1),
     frozen_at BIGINT NOT NULL,
     reason    TEXT NOT NULL
