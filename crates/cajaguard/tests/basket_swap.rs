@@ -413,3 +413,50 @@ fn an_agent_can_freeze_but_an_unfreeze_with_an_untrusted_key_changes_nothing() {
     assert_eq!(refused.status.code(), Some(2), "{refused:?}");
     assert_eq!(verdict(&mcp.pay(&checkout_id)).1, "frozen");
 }
+
+/// The stale-release-then-refusal bug: an earlier attempt landed late, so the shop refuses this
+/// one ("already completed"). A refusal releases only after a fresh read, which here reads
+/// `completed`: the money the shop took is counted.
+#[test]
+fn a_refusal_after_an_earlier_attempt_landed_counts_the_charge() {
+    let mut landed = ready_checkout("gid://fixture/Checkout/1");
+    landed["status"] = json!("completed");
+    let world = World::fast_test_shop(json!({ "on": {
+        "get_checkout": [
+            {"checkout": ready_checkout("gid://fixture/Checkout/1")},
+            {"checkout": landed},
+        ],
+        "complete_checkout": [{"error": {"code": -32000, "message": "checkout already completed"}}],
+    }}));
+    let mut mcp = world.proxy();
+    let answer = mcp.request(
+        "tools/call",
+        json!({"name": "complete_checkout", "arguments": Mcp::complete_arguments("gid://fixture/Checkout/1", &uuid())}),
+    );
+    assert!(
+        answer.get("error").is_some(),
+        "the shop's error is passed on: {answer}"
+    );
+    assert_eq!(usd_spend(&world), (2400, 0), "the landed charge is counted");
+}
+
+/// A plain decline: the fresh read shows the checkout still open, so the reservation is released.
+#[test]
+fn a_decline_confirmed_by_a_fresh_read_releases() {
+    let world = World::fast_test_shop(json!({ "on": {
+        "get_checkout": [{"checkout": ready_checkout("gid://fixture/Checkout/1")}],
+        "complete_checkout": [{"error": {"code": -32000, "message": "card declined"}}],
+    }}));
+    let mut mcp = world.proxy();
+    mcp.request(
+        "tools/call",
+        json!({"name": "complete_checkout", "arguments": Mcp::complete_arguments("gid://fixture/Checkout/1", &uuid())}),
+    );
+    assert_eq!(usd_spend(&world), (0, 0));
+    let reads = world
+        .test_shop_lines()
+        .iter()
+        .filter(|l| l.contains("\"get_checkout\""))
+        .count();
+    assert_eq!(reads, 2, "one read to decide, one to confirm the release");
+}
