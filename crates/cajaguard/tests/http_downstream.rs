@@ -112,6 +112,10 @@ enum Act {
     ForgetSessions,
     /// Answer with a JSON body of this many bytes.
     Huge(usize),
+    /// Charge (as a completion would), then answer 200 with this content type and that body.
+    Garbled(&'static str),
+    /// Charge, then answer a JSON-RPC message with the request's id but neither result nor error.
+    Bare,
 }
 
 /// One message the scripted shop received.
@@ -264,6 +268,23 @@ impl ScriptedShop {
                     Act::ForgetSessions => {
                         self.session.fetch_add(1, Ordering::SeqCst);
                         return respond(&mut out, 404, &[], "unknown session");
+                    }
+                    Act::Garbled(content_type) => {
+                        return respond(
+                            &mut out,
+                            200,
+                            &[("Content-Type", content_type)],
+                            "charged; see you",
+                        );
+                    }
+                    Act::Bare => {
+                        let answer = json!({"jsonrpc": "2.0", "id": id});
+                        return respond(
+                            &mut out,
+                            200,
+                            &[("Content-Type", "application/json")],
+                            &answer.to_string(),
+                        );
                     }
                     Act::Huge(bytes) => {
                         let text = "x".repeat(bytes);
@@ -453,6 +474,31 @@ fn an_oversized_answer_over_http_fails_only_that_call_and_keeps_the_session() {
         .count();
     assert_eq!(initializes, 1, "the same session throughout");
     assert_eq!(in_flight_usd(&mut mcp), 0);
+}
+
+/// SPEC §4.13: a 200 with an unexpected content type, or an answer with neither result nor error,
+/// may follow a charge: each is an unknown outcome, and 4 x USD 24.00 of them never pass as free.
+#[test]
+fn garbled_answers_over_http_keep_the_spend_counted() {
+    for act in [
+        Act::Garbled("text/plain"),
+        Act::Garbled("text/html; charset=utf-8"),
+        Act::Bare,
+    ] {
+        let shop = ScriptedShop::start(&[("complete_checkout", vec![act.clone()])]);
+        let world = world_with(&shop, Options::default());
+        let mut mcp = world.proxy();
+        let result = complete_with_key(&mut mcp, "gid://scripted/Checkout/1", &uuid());
+        let detail = result["structuredContent"]["cajaguard"]["detail"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(detail.contains("outcome is unknown"), "{act:?}: {result}");
+        assert_eq!(
+            in_flight_usd(&mut mcp),
+            2400,
+            "{act:?}: the reservation stays"
+        );
+    }
 }
 
 #[test]

@@ -30,6 +30,9 @@ enum Heard {
     Completed(Value),
     /// The shop's explicit word that this attempt did not pay.
     Refused,
+    /// The request never reached the shop (refused connection, 401, a forgotten session it did
+    /// not process): nothing happened there.
+    NotSent,
     Unknown,
 }
 
@@ -237,14 +240,16 @@ impl Proxy {
                 Err(_) => Heard::Unknown,
             },
             Ok(Reply::Error(_)) => Heard::Refused,
-            // A request that never reached the shop (refused connection, 401, a forgotten
-            // session it did not process) did not pay; anything after it was written may have.
-            Err(e) if !e.outcome_unknown() => Heard::Refused,
+            // Anything after the request was written may have paid.
+            Err(e) if !e.outcome_unknown() => Heard::NotSent,
             Err(_) => Heard::Unknown,
         };
         let settlement = match heard {
             Heard::Completed(checkout) => Settlement::Completed(settle::charge(quote, &checkout)),
             Heard::Refused => self.confirm_not_paid(&permit, quote, agent),
+            // A retry that never left says nothing about the attempt it retries.
+            Heard::NotSent if permit.is_retry() => Settlement::Unknown,
+            Heard::NotSent => Settlement::Released,
             Heard::Unknown => Settlement::Unknown,
         };
         self.record_settlement(&permit, quote, &settlement, audit, started);

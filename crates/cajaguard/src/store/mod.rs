@@ -571,6 +571,8 @@ impl Store {
         now: OffsetDateTime,
         audit: &AuditRecord,
     ) -> Result<(), StoreError> {
+        // The nonce goes where approval nonces go, so no signed document of either kind is ever
+        // used twice; the unfreeze has no request of its own, so it is filed under a marker id.
         let marker = RequestId::parse("cg-0000000000000000")
             .map_err(|e| StoreError::Inconsistent(e.to_string()))?;
         self.write(&mut |tx| {
