@@ -460,3 +460,47 @@ fn a_decline_confirmed_by_a_fresh_read_releases() {
         .count();
     assert_eq!(reads, 2, "one read to decide, one to confirm the release");
 }
+
+fn wait_for_spend(world: &World, want: (i64, i64)) -> (i64, i64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = usd_spend(world);
+        if now == want || std::time::Instant::now() > deadline {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// SPEC §4.13: reconciliation revisits, within the window, the reservations it released, and
+/// counts the ones whose checkout later reads completed (a shop that landed the payment late).
+#[test]
+fn a_stale_release_is_revisited_and_counted_when_the_checkout_later_completes() {
+    let ready = ready_checkout("gid://fixture/Checkout/1");
+    let mut landed = ready.clone();
+    landed["status"] = json!("completed");
+    let world = World::fast_test_shop(json!({ "on": {
+        "get_checkout": [{"checkout": ready}],
+        "complete_checkout": [{"hang": true}],
+    }}));
+    let mut first = world.proxy();
+    let lost = first.call(
+        "complete_checkout",
+        Mcp::complete_arguments("gid://fixture/Checkout/1", &uuid()),
+    );
+    assert!(lost.to_string().contains("outcome is unknown"), "{lost}");
+    first.kill();
+    // Stale (older than twice the 1 s timeout), and the shop still reads it open: released.
+    std::thread::sleep(Duration::from_millis(2500));
+    let second = world.proxy();
+    assert_eq!(wait_for_spend(&world, (0, 0)), (0, 0), "released as stale");
+    drop(second);
+    // The shop landed it after all.
+    world.set_test_shop_script(&json!({ "on": { "get_checkout": [{"checkout": landed}] }}));
+    let _third = world.proxy();
+    assert_eq!(
+        wait_for_spend(&world, (2400, 0)),
+        (2400, 0),
+        "the late charge is counted at the next reconciliation"
+    );
+}

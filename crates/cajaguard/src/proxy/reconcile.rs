@@ -73,10 +73,12 @@ impl Proxy {
                 Vec::new()
             };
             young = false;
-            for row in rows.into_iter().chain(released) {
+            let revisits = released.into_iter().map(|row| (row, true));
+            for (row, released) in rows.into_iter().map(|row| (row, false)).chain(revisits) {
                 let now = (self.clock)();
-                let stale = self.is_stale(&row, now);
-                young |= !stale;
+                // A released row only ever becomes completed; its age says nothing then.
+                let stale = !released && self.is_stale(&row, now);
+                young |= !released && !stale;
                 let agent = serde_json::json!({ "profile": RECONCILER_PROFILE });
                 let params = checkout::get_checkout_params(&agent, &row.checkout_id);
                 let result = match self.shop.request("tools/call", Some(&params), &mut |_| {}) {
