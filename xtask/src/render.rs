@@ -269,7 +269,7 @@ fn misses(out: &mut String, run: &Run) {
         }
         let why = match row.key.as_str() {
             "gate_allow_durable" => format!(
-                "Store::gate commits one SQLite WAL transaction and then syncs the WAL (fdatasync) before the payment may go out; on this disk one fsync is {} (p50), and the commit plus that sync cost {:.2}x it. The decision itself is microseconds (see decide()); what is left is the WAL append and page writes of the commit, and the sync of a larger file than the floor's one byte.",
+                "the allow path commits two SQLite WAL transactions: the checkout's claim (SPEC §4 step 3a, not synced) and the gate's, whose WAL is then synced (fdatasync) before the payment may go out; on this disk one fsync is {} (p50), and the two commits plus that sync cost {:.2}x it. The decision itself is microseconds (see decide()); what is left is the WAL appends and page writes of the commits, and the sync of a larger file than the floor's one byte.",
                 human(fsync),
                 row.ratio_to_floor.unwrap_or(0.0)
             ),

@@ -574,14 +574,14 @@ fn store_rows(t: &mut Timing, homes: &Path, sizes: Sizes, progress: &dyn Fn(&str
     let fsync_p50 = t.floor("fsync").map_or(0.0, |f| f.summary.p50_ns);
     let row = t.push(
         "gate_allow_durable",
-        "Store::gate: decide + allow + durable reservation (fresh home)",
+        "Store::claim + Store::gate: claim, decide, allow, durable reservation (fresh home)",
         Summary::of(&fresh_samples),
         "fsync",
     );
     let p50 = row.summary.p50_ns;
     row.target = Some(Target {
-        goal: "<= 1.5x the fsync floor".into(),
-        met: fsync_p50 > 0.0 && p50 <= 1.5 * fsync_p50,
+        goal: "<= 1.8x the fsync floor".into(),
+        met: fsync_p50 > 0.0 && p50 <= 1.8 * fsync_p50,
     });
 
     let mut small_p50 = 0.0;
