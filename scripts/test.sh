@@ -11,6 +11,9 @@ cargo build --workspace --bins --locked
 echo "== cargo test (workspace)"
 cargo test --workspace --locked
 
+echo "== client install check (tests/clients/verify_install.py, offline)"
+python3 tests/clients/test_verify_install.py
+
 echo "== real MCP clients through cajaguard mcp"
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/cajaguard-clients.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
