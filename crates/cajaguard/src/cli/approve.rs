@@ -86,7 +86,10 @@ fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) 
     else {
         return Err(Failure::refused(
             format!("no pending request {id} in {}", shown(&policy.home)),
-            "list them with `cajaguard pending --config FILE`",
+            format!(
+                "list them with `cajaguard pending --config {}`",
+                shown(&policy.source)
+            ),
         ));
     };
     let key_dir =

@@ -101,7 +101,10 @@ fn show_one(args: &IdArgs) -> Outcome {
     else {
         return Err(Failure::refused(
             format!("no request {id} in {}", shown(&policy.home)),
-            "list them with `cajaguard pending --config FILE`",
+            format!(
+                "list them with `cajaguard pending --config {}`",
+                shown(&policy.source)
+            ),
         ));
     };
     let trusted = super::load_trusted(&policy).unwrap_or_default();
