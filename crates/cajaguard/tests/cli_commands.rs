@@ -453,3 +453,20 @@ fn no_color_turns_colour_off_on_a_terminal() {
     assert!(plain.contains("serving MCP on stdio"), "{plain}");
     assert!(!plain.contains('\u{1b}'), "{plain:?}");
 }
+
+#[test]
+fn a_missing_shop_is_exit_2_with_its_advice_once() {
+    let world = World::new();
+    let mut config = read_json(&world.config);
+    config["downstream"] = serde_json::json!({ "command": "no-such-shop-cg" });
+    std::fs::write(&world.config, config.to_string()).unwrap();
+    let out = world
+        .mcp_command()
+        .env("PATH", "/nonexistent")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.matches("downstream.command").count(), 1, "{err}");
+}

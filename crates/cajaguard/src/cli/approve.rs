@@ -164,7 +164,7 @@ pub fn read_back(
     pending: &PendingRow,
 ) -> Result<Quote, Failure> {
     let shop = Shop::new(&policy.downstream, Arc::new(|_: &str| {}))
-        .map_err(|e| Failure::usage(e.to_string(), "fix downstream in the config"))?;
+        .map_err(|e| super::said(2, &e, e.says_what_to_do(), "fix downstream in the config"))?;
     let agent = serde_json::json!({ "profile": APPROVER_PROFILE });
     let params = checkout::get_checkout_params(&agent, &pending.request.checkout_id);
     let reply = shop.request("tools/call", Some(&params), &mut |_| {});
