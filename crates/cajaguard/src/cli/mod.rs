@@ -36,7 +36,7 @@ enum Command {
     Keygen(keygen::Args),
     /// Serve MCP on stdio in front of the configured shop.
     Mcp(ConfigArg),
-    /// Caps, spend and headroom per currency, and pending approvals.
+    /// Caps, spend and headroom per currency, and the requests waiting for a decision.
     Status(status::Args),
     /// Payments waiting for a human's decision (not those approved or denied already).
     Pending(pending::Args),
