@@ -65,6 +65,13 @@ fn status_pending_count(world: &World) -> usize {
 #[test]
 fn an_undecided_request_is_pending_and_show_gives_items_state_and_approve() {
     let (world, id, checkout) = blocked_day_pack();
+    let status = world
+        .proxy()
+        .call("cajaguard_status", serde_json::json!({}));
+    assert_eq!(
+        status["structuredContent"]["pending"][0]["request_id"],
+        id.as_str()
+    );
 
     let out = world.cli(&["pending", "--json"]);
     let listed = &document(&out)["pending"][0];
@@ -161,7 +168,14 @@ fn approved_but_unused_is_not_pending_then_used_exits_3() {
     assert_eq!(code(&out), Some(0));
     assert_eq!(document(&out)["status"], "approved");
 
+    // The agent's cajaguard_status tool reads the same list.
     let mut mcp = world.proxy();
+    let status = mcp.call("cajaguard_status", serde_json::json!({}));
+    assert_eq!(
+        status["structuredContent"]["pending"],
+        serde_json::json!([]),
+        "{status}"
+    );
     assert_eq!(verdict(&mcp.pay(&checkout)).0, "allow_approved");
     let out = world.cli(&["verify", &id, "--json"]);
     assert_eq!(code(&out), Some(3));
