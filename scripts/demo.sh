@@ -7,16 +7,23 @@ cd "$(dirname "$0")/.."
 cargo build --quiet --bins
 bin=target/debug
 config=examples/cajaguard.demo.json
-rm -rf .cajaguard
 export CAJAGUARD_KEY_DIR=.cajaguard/keys
 
-step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
+# Each command is printed shell-quoted (printf %q), so a line pasted into a shell runs as shown.
+step() {
+  local line
+  printf -v line '%q ' "$@"
+  if [ -t 1 ]; then printf '\n\033[1m$ %s\033[0m\n' "${line% }"; else printf '\n$ %s\n' "${line% }"; fi
+}
 # Each demo step prints its verdict; a refusal exits 3, which this walkthrough expects at times.
-run() { step "$*"; "$@" || echo "(exit $?)"; }
+run() { step "$@"; "$@" || echo "(exit $?)"; }
 
+step rm -rf .cajaguard
+rm -rf .cajaguard
+step export CAJAGUARD_KEY_DIR="$CAJAGUARD_KEY_DIR"
 run "$bin/cajaguard" keygen
 run "$bin/cajaguard-demo" --config "$config" buy "Trail socks" 2
-step "$bin/cajaguard-demo --config $config buy \"Day pack\""
+step "$bin/cajaguard-demo" --config "$config" buy "Day pack"
 out=$("$bin/cajaguard-demo" --config "$config" buy "Day pack" 2>&1) || true
 printf '%s\n' "$out"
 request_id=$(printf '%s\n' "$out" | grep -o 'cg-[0-9a-f]\{16\}' | head -n 1)

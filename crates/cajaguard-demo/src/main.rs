@@ -24,6 +24,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// What the fixture shop sells (SPEC §9), so `buy --help` shows what can be bought. Kept here by
+/// hand: the demo does not depend on the fixture's code, as it must not share its reading of UCP.
+const FIXTURE_PRODUCTS: &str = "\
+Products of the fixture shop (cajaguard-fixture-shop):
+  demo-outfitters.example  USD  Trail socks 12.00, Rain shell 45.00, Day pack 89.00, Down parka 219.00
+  tokyo-tea.example        JPY  Sencha tin 1800, Tea set 9800
+  elsewhere-goods.example  USD  Camp stove 79.00 (not on the demo allowlist)
+  sloppy-units.example     USD  Water bottle (reports 49.99 in major units: a broken shop)";
+
 pub const DEFAULT_TOKEN: &str = "cg_test_demo_token_01";
 pub const DEFAULT_HANDLER: &str = "fixture_test_handler";
 
@@ -50,10 +59,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Search for a product, put it in a checkout, add a payment instrument and pay.
+    #[command(after_help = FIXTURE_PRODUCTS)]
     Buy {
-        /// Product name to search for (case-insensitive).
+        /// Product name to search for (case-insensitive), e.g. "Trail socks".
         product: String,
-        /// Quantity (default 1).
+        /// How many to buy.
         #[arg(default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
         qty: u64,
         #[command(flatten)]

@@ -243,6 +243,17 @@ async fn step(
                         ctx.config_flag(),
                         ctx.demo()
                     ),
+                    // Nothing about this basket or policy is wrong: the checkout itself is done
+                    // (or not payable yet), so only a new checkout can be paid.
+                    None if reason == "checkout_not_ready" => format!(
+                        "{} buy \"<product>\"   # this checkout cannot be paid again; start a new one",
+                        ctx.demo()
+                    ),
+                    None if reason == "test_mode_credential" && checkout_id != "-" => format!(
+                        "{} pay {checkout_id} --token {}   # test mode takes test tokens only",
+                        ctx.demo(),
+                        crate::DEFAULT_TOKEN
+                    ),
                     None => format!(
                         "cajaguard status {}   # nothing can approve this; change the basket or the policy",
                         ctx.config_flag()

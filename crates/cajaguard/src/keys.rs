@@ -78,6 +78,22 @@ pub enum KeyError {
     Random(String),
 }
 
+impl KeyError {
+    /// The message already says what to do, so the CLI adds no hint that repeats it.
+    pub fn says_what_to_do(&self) -> bool {
+        matches!(
+            self,
+            KeyError::NoKeyDir
+                | KeyError::Exists { .. }
+                | KeyError::UnsafeDir { .. }
+                | KeyError::MissingPrivateKey { .. }
+                | KeyError::PrivateKeyTooOpen { .. }
+                | KeyError::TrustedKeyUnreadable { .. }
+                | KeyError::TrustedKeyWritable { .. }
+        )
+    }
+}
+
 /// The key directory: `out`, else `$CAJAGUARD_KEY_DIR`, else `$XDG_CONFIG_HOME/cajaguard`, else
 /// `$HOME/.config/cajaguard`. `env` looks variables up (injected so tests never touch the real
 /// `~/.config`); empty values count as unset, and a relative `$XDG_CONFIG_HOME` is ignored, as the

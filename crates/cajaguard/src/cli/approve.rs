@@ -10,10 +10,11 @@ use cajaguard_core::money::{self, Currency};
 use cajaguard_core::quote::Quote;
 use time::OffsetDateTime;
 
+use super::output::shown;
 use super::{Failure, Outcome, printable};
 use crate::keys;
 use crate::proxy::{Shop, checkout};
-use crate::store::PendingRow;
+use crate::store::{FiledApproval, PendingRow};
 
 /// The UCP agent identity CajaGuard uses when it reads a checkout for a human.
 const APPROVER_PROFILE: &str = "https://cajaguard.invalid/profiles/approver.json";
@@ -34,6 +35,7 @@ pub struct ApproveArgs {
 pub struct DenyArgs {
     #[command(flatten)]
     common: Common,
+    /// A note kept in the deny (shown, signed).
     #[arg(long, default_value = "")]
     note: String,
 }
@@ -42,6 +44,7 @@ pub struct DenyArgs {
 struct Common {
     /// The request id printed when the payment was blocked (cg-...).
     id: String,
+    /// The CajaGuard config file (JSON) whose gate blocked the payment.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
     /// Do not ask; needed when there is no terminal.
@@ -81,8 +84,11 @@ fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) 
         .map_err(|e| Failure::unexpected(e.to_string()))?
     else {
         return Err(Failure::refused(
-            format!("no pending request {id} in {}", policy.home.display()),
-            "list them with `cajaguard pending --config FILE`",
+            format!("no pending request {id} in {}", shown(&policy.home)),
+            format!(
+                "list them with `cajaguard pending --config {}`",
+                shown(&policy.source)
+            ),
         ));
     };
     let key_dir =
@@ -90,8 +96,10 @@ fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) 
             Failure::usage(e.to_string(), "pass --key-dir DIR or set CAJAGUARD_KEY_DIR")
         })?;
     let key = keys::load_signing_key(&key_dir.join(keys::PRIVATE_KEY_FILE)).map_err(|e| {
-        Failure::usage(
-            e.to_string(),
+        super::said(
+            2,
+            &e,
+            e.says_what_to_do(),
             "run `cajaguard keygen`, or point --key-dir at your approver key",
         )
     })?;
@@ -104,7 +112,7 @@ fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) 
         eprintln!(
             "warning: your key {} is not in approvals.trusted_keys of {}; the gate will not accept this approval",
             public.key_id(),
-            policy.source.display()
+            shown(&policy.source)
         );
     }
     if !common.yes {
@@ -135,30 +143,44 @@ fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) 
             "approved {id} for {}, valid for {}: {}",
             super::pending::amount(&pending),
             humantime::format_duration(ttl),
-            filed
+            filed_shown(&filed)
         ),
-        Decision::Deny => println!("denied {id}: {filed}"),
+        Decision::Deny => println!("denied {id}: {}", filed_shown(&filed)),
     }
     Ok(0)
 }
 
-/// The checkout as the shop has it now; exit 3 if it is no longer the basket that was blocked.
-fn reread(policy: &cajaguard_core::policy::Policy, pending: &PendingRow) -> Result<Quote, Failure> {
+fn filed_shown(filed: &FiledApproval) -> String {
+    match filed {
+        FiledApproval::File(path) => shown(path),
+        other => other.to_string(),
+    }
+}
+
+/// The checkout as the shop has it now, whatever its state (`show` prints it as it is).
+pub fn read_back(
+    policy: &cajaguard_core::policy::Policy,
+    pending: &PendingRow,
+) -> Result<Quote, Failure> {
     let shop = Shop::new(&policy.downstream, Arc::new(|_: &str| {}))
-        .map_err(|e| Failure::usage(e.to_string(), "fix downstream in the config"))?;
+        .map_err(|e| super::said(2, &e, e.says_what_to_do(), "fix downstream in the config"))?;
     let agent = serde_json::json!({ "profile": APPROVER_PROFILE });
     let params = checkout::get_checkout_params(&agent, &pending.request.checkout_id);
     let reply = shop.request("tools/call", Some(&params), &mut |_| {});
-    let quote =
-        checkout::quote_from_reply(reply, &pending.request.checkout_id).map_err(|ruling| {
-            Failure::refused(
-                format!(
-                    "cannot read the checkout back from the shop: {}",
-                    ruling.detail
-                ),
-                "nothing was signed; try again when the shop answers",
-            )
-        })?;
+    checkout::quote_from_reply(reply, &pending.request.checkout_id).map_err(|ruling| {
+        Failure::refused(
+            format!(
+                "cannot read the checkout back from the shop: {}",
+                ruling.detail
+            ),
+            "nothing was signed; try again when the shop answers",
+        )
+    })
+}
+
+/// The checkout as the shop has it now; exit 3 if it is no longer the basket that was blocked.
+fn reread(policy: &cajaguard_core::policy::Policy, pending: &PendingRow) -> Result<Quote, Failure> {
+    let quote = read_back(policy, pending)?;
     if quote.status != "ready_for_complete" {
         return Err(Failure::refused(
             format!(

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use super::output::shown;
 use super::{Failure, Outcome};
 use crate::keys;
 
@@ -16,22 +17,30 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Outcome {
-    let dir = keys::key_dir(args.out.as_deref(), &|name| super::env(name))
-        .map_err(|e| Failure::usage(e.to_string(), "pass --out DIR or set CAJAGUARD_KEY_DIR"))?;
+    let dir = keys::key_dir(args.out.as_deref(), &|name| super::env(name)).map_err(|e| {
+        super::said(
+            2,
+            &e,
+            e.says_what_to_do(),
+            "pass --out DIR or set CAJAGUARD_KEY_DIR",
+        )
+    })?;
     let key = keys::generate_signing_key().map_err(|e| Failure::unexpected(e.to_string()))?;
     let written = keys::write_keypair(&dir, &key, args.force).map_err(|e| match e {
+        // The message says to pass --force; the hint says what that costs, once.
         keys::KeyError::Exists { .. } => Failure::usage(
             e.to_string(),
-            "pass --force to replace it (approvals signed by the old key stop verifying)",
+            "approvals signed by the old key stop verifying once it is replaced",
         ),
+        other if other.says_what_to_do() => super::said(1, &other, true, ""),
         other => Failure::unexpected(other.to_string()),
     })?;
     let public = key.public_key();
     println!(
         "private key: {} (keep it secret; mode 0600)",
-        written.private_key.display()
+        shown(&written.private_key)
     );
-    println!("public key:  {}", written.public_key.display());
+    println!("public key:  {}", shown(&written.public_key));
     println!("key id:      {}", public.key_id());
     println!("Add the public key to approvals.trusted_keys in your CajaGuard config.");
     Ok(0)

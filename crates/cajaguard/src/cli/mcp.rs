@@ -23,27 +23,14 @@ pub fn run(config: &Path) -> Outcome {
         proxy::system_clock(),
         Box::new(output),
     )
-    .map_err(|e| {
-        let hint = match &e {
-            ShopError::NotFound(_) | ShopError::Spawn { .. } => {
-                "fix downstream.command (and args, cwd) in the config"
-            }
-            ShopError::MissingToken(_)
-            | ShopError::BadToken(_)
-            | ShopError::Unauthorized { .. } => {
-                "fix the token's environment variable (downstream.bearer_token_env) and start again"
-            }
-            ShopError::Unreachable { .. } => {
-                "start the shop (or fix downstream.url), then start cajaguard again"
-            }
-            _ => "check that the downstream is a working MCP server (try running it by hand)",
-        };
-        Failure {
-            // Exit 2 for what is fixed in the config or the environment, 1 for a shop that failed.
-            code: if e.is_configuration() { 2 } else { 1 },
-            message: e.to_string(),
-            hint: Some(hint.into()),
-        }
+    .map_err(|e: ShopError| {
+        // Exit 2 for what is fixed in the config or the environment, 1 for a shop that failed.
+        super::said(
+            if e.is_configuration() { 2 } else { 1 },
+            &e,
+            e.says_what_to_do(),
+            "check that the downstream is a working MCP server (try running it by hand)",
+        )
     })?;
     tracing::info!(mode = ?policy.mode, config = %policy.source.display(), "cajaguard serving MCP on stdio");
     proxy

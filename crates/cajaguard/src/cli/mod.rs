@@ -1,11 +1,14 @@
 //! The command line (SPEC §7). One file per subcommand; this file parses the arguments, loads the
 //! config, and maps every outcome to an exit code that means something:
-//! 0 done, 1 unexpected, 2 usage or config, 3 unknown id / not approved / checkout changed, 4 denied.
+//! 0 done, 1 unexpected, 2 usage or config, 3 unknown id / not approved / checkout changed / the
+//! human said no, 4 denied.
 
 mod approve;
+mod client_config;
 mod freeze;
 mod keygen;
 mod mcp;
+mod output;
 mod pending;
 mod status;
 mod terminal;
@@ -35,11 +38,11 @@ enum Command {
     Keygen(keygen::Args),
     /// Serve MCP on stdio in front of the configured shop.
     Mcp(ConfigArg),
-    /// Caps, spend and headroom per currency, and pending approvals.
+    /// Caps, spend and headroom per currency, and the requests waiting for a decision.
     Status(status::Args),
-    /// Payments waiting for a human approval.
-    Pending(ConfigArg),
-    /// One pending request in full.
+    /// Payments waiting for a human's decision (not those approved or denied already).
+    Pending(pending::Args),
+    /// One request in full: items, state, and what to do next.
     Show(IdArgs),
     /// Whether a request has a valid, unused approval (exit 0), none yet (3), or a deny (4).
     Verify(IdArgs),
@@ -51,6 +54,8 @@ enum Command {
     Freeze(freeze::FreezeArgs),
     /// Let payments through again: signed with the approver key, asked on the terminal.
     Unfreeze(freeze::UnfreezeArgs),
+    /// Print a ready-to-paste MCP client entry (claude-desktop, claude-code, cursor, vscode).
+    ClientConfig(client_config::Args),
 }
 
 #[derive(clap::Args)]
@@ -64,8 +69,12 @@ struct ConfigArg {
 struct IdArgs {
     /// A request id (cg-...), as printed when a payment was blocked.
     id: String,
+    /// The CajaGuard config file (JSON).
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
+    /// One JSON document on stdout instead of text (the exit code is the same).
+    #[arg(long)]
+    json: bool,
 }
 
 /// A failure with its exit code: one line of cause and one of what to do.
@@ -102,6 +111,15 @@ impl Failure {
 
 pub type Outcome = Result<u8, Failure>;
 
+/// A failure from an error whose message may already say what to do: then no hint repeats it.
+pub fn said(code: u8, error: &dyn std::fmt::Display, says_what_to_do: bool, hint: &str) -> Failure {
+    Failure {
+        code,
+        message: error.to_string(),
+        hint: (!says_what_to_do && !hint.is_empty()).then(|| hint.to_owned()),
+    }
+}
+
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -116,13 +134,14 @@ pub fn main() -> ExitCode {
         Command::Keygen(args) => keygen::run(&args),
         Command::Mcp(args) => mcp::run(&args.config),
         Command::Status(args) => status::run(&args),
-        Command::Pending(args) => pending::run(&args.config),
-        Command::Show(args) => pending::show(&args.id, &args.config),
-        Command::Verify(args) => verify::run(&args.id, &args.config),
+        Command::Pending(args) => pending::run(&args),
+        Command::Show(args) => pending::show(&args),
+        Command::Verify(args) => verify::run(&args),
         Command::Approve(args) => approve::approve(&args),
         Command::Deny(args) => approve::deny(&args),
         Command::Freeze(args) => freeze::freeze(&args),
         Command::Unfreeze(args) => freeze::unfreeze(&args),
+        Command::ClientConfig(args) => client_config::run(&args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -137,12 +156,16 @@ pub fn main() -> ExitCode {
 }
 
 /// Logs go to stderr only: stdout of `cajaguard mcp` is the MCP channel. `CAJAGUARD_LOG` takes a
-/// tracing filter (`cajaguard=debug`); the default shows warnings only.
+/// tracing filter (`cajaguard=debug`); the default shows warnings only. Colour only on a terminal
+/// and without `NO_COLOR`: MCP clients capture stderr into log files, where escapes are noise.
 fn init_logging() {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAJAGUARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("cajaguard=warn"));
+    let colour = std::io::stderr().is_terminal() && env("NO_COLOR").is_none();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();
@@ -218,14 +241,10 @@ pub fn open_store(policy: &Policy) -> Result<crate::store::Store, Failure> {
         // An unsafe home (world-writable, a link out of it) is the config's trust root to fix: 2.
         code: if matches!(e, crate::store::StoreError::Unsafe { .. }) { 2 } else { 1 },
         message: e.to_string(),
-        hint: Some(match policy.store {
-            // Waited the full timeout behind another process: nothing about the home is wrong.
-            _ if matches!(e, crate::store::StoreError::Busy { .. }) => {
-                "another CajaGuard process held the store the whole time; start this one again once it is done".to_owned()
-            }
+        hint: (!e.says_what_to_do()).then(|| match policy.store {
             StoreConfig::Sqlite => format!(
                 "check that {} is a directory you own",
-                policy.home.display()
+                output::shown(&policy.home)
             ),
             StoreConfig::Postgres { .. } => {
                 "check that the PostgreSQL server is up and that store.url (or the variable store.url_env names) is right".to_owned()
@@ -236,16 +255,19 @@ pub fn open_store(policy: &Policy) -> Result<crate::store::Store, Failure> {
 
 pub fn load_trusted(policy: &Policy) -> Result<cajaguard_core::approval::TrustedKeys, Failure> {
     crate::keys::load_trusted_keys(&policy.approvals.trusted_keys).map_err(|e| {
-        Failure::usage(
-            e.to_string(),
+        said(
+            2,
+            &e,
+            e.says_what_to_do(),
             "run `cajaguard keygen` or fix approvals.trusted_keys in the config",
         )
     })
 }
 
+/// A malformed id is a usage error (2); a well-formed id the store does not know is the caller's 3.
 pub fn parse_request_id(id: &str) -> Result<cajaguard_core::approval::RequestId, Failure> {
     cajaguard_core::approval::RequestId::parse(id).map_err(|_| {
-        Failure::refused(
+        Failure::usage(
             format!("{id:?} is not a CajaGuard request id"),
             "request ids look like cg-0123456789abcdef",
         )

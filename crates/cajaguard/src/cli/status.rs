@@ -6,6 +6,7 @@ use super::{Failure, Outcome};
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// The CajaGuard config file (JSON).
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
     /// The same JSON document as the `cajaguard_status` tool.
@@ -14,16 +15,16 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Outcome {
+    super::output::json_outcome(args.json, status(args))
+}
+
+fn status(args: &Args) -> Outcome {
     let policy = super::load_policy(&args.config)?;
     let store = super::open_store(&policy)?;
     let document = crate::status::document(&policy, &store, time::OffsetDateTime::now_utc())
         .map_err(|e| Failure::unexpected(e.to_string()))?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&document)
-                .map_err(|e| Failure::unexpected(e.to_string()))?
-        );
+        super::output::print_json(&document)?;
         return Ok(0);
     }
     let text = |v: &serde_json::Value| v.as_str().unwrap_or("?").to_owned();
@@ -64,13 +65,13 @@ pub fn run(args: &Args) -> Outcome {
         }
     }
     let pending = document["pending"].as_array().map_or(0, Vec::len);
-    println!(
-        "pending approvals: {pending}{}",
-        if pending > 0 {
-            " (cajaguard pending --config FILE)"
-        } else {
-            ""
-        }
-    );
+    if pending > 0 {
+        println!(
+            "waiting for a decision: {pending} (cajaguard pending --config {})",
+            super::output::shown(&policy.source)
+        );
+    } else {
+        println!("waiting for a decision: 0");
+    }
     Ok(0)
 }

@@ -31,8 +31,8 @@ pub fn confirm(question: &str) -> Result<(), Failure> {
         Ok(())
     } else {
         Err(Failure::refused(
-            "nothing was signed: the answer was not yes",
-            "run it again to decide",
+            "not signed: the answer was not yes",
+            "nothing changed; run it again to decide",
         ))
     }
 }

@@ -1,14 +1,20 @@
-//! `cajaguard verify <id> --config FILE`: 0 approved, 3 pending/invalid/used/expired, 4 denied.
+//! `cajaguard verify <id> --config FILE [--json]`: 0 approved, 3 pending/invalid/used/expired,
+//! 4 denied.
 
-use std::path::Path;
+use serde_json::json;
 
-use super::{Failure, Outcome};
+use super::output::{json_outcome, print_json};
+use super::{Failure, IdArgs, Outcome};
 use crate::store::ApprovalStatus;
 
-pub fn run(id: &str, config: &Path) -> Outcome {
-    let policy = super::load_policy(config)?;
+pub fn run(args: &IdArgs) -> Outcome {
+    json_outcome(args.json, verify(args))
+}
+
+fn verify(args: &IdArgs) -> Outcome {
+    let id = super::parse_request_id(&args.id)?;
+    let policy = super::load_policy(&args.config)?;
     let trusted = super::load_trusted(&policy)?;
-    let id = super::parse_request_id(id)?;
     let store = super::open_store(&policy)?;
     let status = store
         .approval_status(
@@ -18,13 +24,15 @@ pub fn run(id: &str, config: &Path) -> Outcome {
             policy.approvals.max_ttl,
         )
         .map_err(|e| Failure::unexpected(e.to_string()))?;
-    let (word, code) = match status {
-        ApprovalStatus::Approved => ("approved", 0),
-        ApprovalStatus::Pending => ("pending", 3),
-        ApprovalStatus::Used => ("used", 3),
-        ApprovalStatus::Invalid => ("invalid", 3),
-        ApprovalStatus::Denied => ("denied", 4),
+    let code = match status {
+        ApprovalStatus::Approved => 0,
+        ApprovalStatus::Denied => 4,
+        ApprovalStatus::Pending | ApprovalStatus::Used | ApprovalStatus::Invalid => 3,
     };
-    println!("{id}: {word}");
+    if args.json {
+        print_json(&json!({ "request_id": id.as_str(), "status": status.as_str() }))?;
+    } else {
+        println!("{id}: {}", status.as_str());
+    }
     Ok(code)
 }

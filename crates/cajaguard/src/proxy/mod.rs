@@ -590,7 +590,8 @@ impl Proxy {
     }
 
     fn status_tool(&self) -> Answer {
-        match crate::status::document(&self.policy, &self.store, (self.clock)()) {
+        match crate::status::document_with(&self.policy, &self.store, &self.trusted, (self.clock)())
+        {
             Ok(document) => tool_result(&document, false),
             Err(e) => tool_result(&serde_json::json!({"error": e.to_string()}), true),
         }

@@ -119,6 +119,22 @@ pub enum StoreError {
     Inconsistent(String),
 }
 
+impl StoreError {
+    /// The message already says what to do, so the CLI adds no hint that repeats it.
+    pub fn says_what_to_do(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Open { .. }
+                | StoreError::Unavailable { .. }
+                | StoreError::Busy { .. }
+                | StoreError::Incompatible { .. }
+                | StoreError::Inconsistent(_)
+                | StoreError::ClaimLost
+                | StoreError::NotThatFreeze
+        )
+    }
+}
+
 /// Where `write_approval` filed a signed approval.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FiledApproval {
@@ -647,6 +663,27 @@ impl Store {
     /// forward a payment is no longer pending until the gate blocks it again).
     pub fn pending(&self) -> Result<Vec<PendingRow>, StoreError> {
         self.read(&mut |tx| tx.pending_list())
+    }
+
+    /// The requests a human still has to decide (SPEC §7: what `pending` lists): [`Store::pending`]
+    /// without those that already carry a valid deny or a valid unused approval, read in one
+    /// transaction so a request cannot fall between the two lists.
+    pub fn awaiting_decision(
+        &self,
+        trusted: &TrustedKeys,
+        now: OffsetDateTime,
+        max_ttl: Duration,
+    ) -> Result<Vec<PendingRow>, StoreError> {
+        self.read(&mut |tx| {
+            let mut waiting = Vec::new();
+            for row in tx.pending_list()? {
+                let status = approvals::status(tx, &row.request.request_id, trusted, now, max_ttl)?;
+                if !matches!(status, ApprovalStatus::Approved | ApprovalStatus::Denied) {
+                    waiting.push(row);
+                }
+            }
+            Ok(waiting)
+        })
     }
 
     /// The stored request, pending or already used (so `show` and `approve` can read it).

@@ -51,6 +51,12 @@ fn sibling_bin(package: &str) -> PathBuf {
     path
 }
 
+/// The demo agent (`crates/cajaguard-demo`), found like the fixture.
+#[allow(dead_code)]
+pub fn demo_bin() -> PathBuf {
+    sibling_bin("cajaguard-demo")
+}
+
 /// The scriptable misbehaving shop (`crates/cajaguard-test-shop`), found like the fixture.
 pub fn test_shop_bin() -> PathBuf {
     sibling_bin("cajaguard-test-shop")
@@ -410,6 +416,7 @@ impl World {
             .arg(&self.config)
             .env("CAJAGUARD_KEY_DIR", &self.key_dir)
             .env("HOME", self.dir.path())
+            .env("XDG_CONFIG_HOME", self.dir.path().join(".config"))
             .env(TOKEN_VAR, SHOP_TOKEN)
             .stdin(Stdio::null())
             .output()

@@ -88,6 +88,19 @@ fn unauthorized_message(status: u16, var: Option<&str>) -> String {
 }
 
 impl ShopError {
+    /// The message already says what to do, so the CLI adds no hint that repeats it.
+    pub fn says_what_to_do(&self) -> bool {
+        matches!(
+            self,
+            ShopError::Spawn { .. }
+                | ShopError::NotFound(_)
+                | ShopError::MissingToken(_)
+                | ShopError::BadToken(_)
+                | ShopError::Unauthorized { .. }
+                | ShopError::Unreachable { .. }
+        )
+    }
+
     /// True when a request may have reached the shop and its effect is unknown.
     pub fn outcome_unknown(&self) -> bool {
         match self {
