@@ -206,10 +206,16 @@ impl<'p, 'a> Walker<'p, 'a> {
     fn object(&mut self, map: &'a Map<String, Value>, credential: bool) -> Option<Rule> {
         for (i, (k, item)) in map.iter().enumerate() {
             self.stack.push(Seg::Key(k, i));
-            if let Some(rule) = string_rules(k, self.secret_depth > 0) {
+            let under_secret = self.secret_depth > 0;
+            let key = Profile::of(k.as_bytes());
+            if let Some(rule) = profiled_rules(k, key, &|| under_secret) {
                 return Some(rule);
             }
-            let name = normalise(k);
+            let name = if key.plain {
+                std::borrow::Cow::Borrowed(k.as_str())
+            } else {
+                normalise(k)
+            };
             let carries = !item.is_null();
             if carries
                 && (secrets::card_field_anywhere(&name)
@@ -223,25 +229,21 @@ impl<'p, 'a> Walker<'p, 'a> {
             {
                 return Some(Rule::CardCredential);
             }
-            // Whether a name is secret-like matters only for what may hold a `live` beneath it.
-            let (secret, credential) = match item {
-                // A `live` can only be in another form of a string with `%` or non-ASCII.
-                Value::String(s) => (
-                    (!s.is_ascii()
-                        || s.contains('%')
-                        || secrets::contains_ci(s.as_bytes(), b"live"))
-                        && secrets::secret_like_name(&name),
-                    false,
-                ),
-                Value::Array(_) | Value::Object(_) => (
-                    secrets::secret_like_name(&name),
-                    secrets::credential_name(&name),
-                ),
-                _ => (false, false),
+            let found = match item {
+                // Whether the name is secret-like is asked only of a string with a `live` in it.
+                Value::String(s) => profiled_rules(s, Profile::of(s.as_bytes()), &|| {
+                    under_secret || secrets::secret_like_name(&name)
+                }),
+                Value::Array(_) | Value::Object(_) => {
+                    let secret = secrets::secret_like_name(&name);
+                    self.secret_depth += usize::from(secret);
+                    let found = self.value(item, secrets::credential_name(&name));
+                    self.secret_depth -= usize::from(secret);
+                    found
+                }
+                Value::Number(n) => cards::number_is_card(n).then_some(Rule::CardNumber),
+                Value::Null | Value::Bool(_) => None,
             };
-            self.secret_depth += usize::from(secret);
-            let found = self.value(item, credential);
-            self.secret_depth -= usize::from(secret);
             if found.is_some() {
                 return found;
             }
@@ -326,6 +328,7 @@ impl<'p, 'a> Walker<'p, 'a> {
 /// are looked at once and never copied.
 #[derive(Clone, Copy)]
 struct Profile {
+    ascii: bool,
     /// ASCII with no `%`: the string is its only form.
     plain: bool,
     digits: usize,
@@ -345,9 +348,10 @@ impl Profile {
             l |= (c | 0x20) == b'l';
             percent |= c == b'%';
         }
-        let plain = high == 0 && !percent;
+        let ascii = high == 0;
         Profile {
-            plain,
+            ascii,
+            plain: ascii && !percent,
             digits,
             underscore,
             maybe_live: l,
@@ -358,24 +362,28 @@ impl Profile {
 /// Live keys, live secrets (when beneath a secret-like name) and card numbers in one string, a
 /// value or a key, in every form of it.
 fn string_rules(s: &str, under_secret: bool) -> Option<Rule> {
-    let profile = Profile::of(s.as_bytes());
-    if profile.plain {
-        return form_rules(s, profile, under_secret);
-    }
-    forms(s).iter().find_map(|form| {
-        let profile = Profile::of(form.as_bytes());
-        form_rules(form, profile, under_secret)
-    })
+    profiled_rules(s, Profile::of(s.as_bytes()), &|| under_secret)
 }
 
-fn form_rules(s: &str, profile: Profile, under_secret: bool) -> Option<Rule> {
-    if under_secret && profile.maybe_live && secrets::has_live_segment(s) {
+/// [`string_rules`] with the string's profile known; `secret` is asked only when a form of the
+/// string has a `live` segment.
+fn profiled_rules(s: &str, profile: Profile, secret: &dyn Fn() -> bool) -> Option<Rule> {
+    if profile.plain {
+        return form_rules(s, profile, secret);
+    }
+    forms(s)
+        .iter()
+        .find_map(|form| form_rules(form, Profile::of(form.as_bytes()), secret))
+}
+
+fn form_rules(s: &str, profile: Profile, secret: &dyn Fn() -> bool) -> Option<Rule> {
+    if profile.maybe_live && secrets::has_live_segment(s) && secret() {
         return Some(Rule::LiveSecret);
     }
     if profile.maybe_live && profile.underscore && secrets::has_live_prefix(s.as_bytes()) {
         return Some(Rule::LiveKeyPrefix);
     }
-    if s.is_ascii() {
+    if profile.ascii {
         return (profile.digits >= 13 && cards::card_in(s.as_bytes())).then_some(Rule::CardNumber);
     }
     card_in_str(s).then_some(Rule::CardNumber)
