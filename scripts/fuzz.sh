@@ -4,6 +4,8 @@
 # fuzz/artifacts/<target>/. New corpus entries found during the run go to a scratch folder, so a
 # CI run never dirties the checkout.
 #   scripts/fuzz.sh [seconds-per-target] [target...]
+# Without targets it runs every [[bin]] of fuzz/Cargo.toml: config, tripwire, normalise (the
+# tripwire's normaliser), approval, jsonrpc.
 # cargo-fuzz needs nightly flags: RUSTC_BOOTSTRAP=1 lets the stable toolchain accept them.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -76,7 +76,9 @@ fn check(text: &str) {
         Err(invalid) => {
             let answer: Value = serde_json::from_str(&invalid.line()).expect("an error line is JSON");
             assert!(answer["id"].is_null() || answer["id"].is_string() || answer["id"].is_i64() || answer["id"].is_u64());
-            assert_eq!(parsed.is_err(), invalid.code == jsonrpc::PARSE_ERROR, "{text:?}");
+            // JSON is never a parse error. (The reverse may differ: serde_json's `Value` refuses
+            // numbers out of range, such as `1e99999`, that are JSON to the grammar.)
+            assert!(!(parsed.is_ok() && invalid.code == jsonrpc::PARSE_ERROR), "{text:?}");
         }
     }
 

@@ -3,7 +3,7 @@
 #![no_main]
 
 use cajaguard_core::policy::TestModePolicy;
-use cajaguard_core::tripwire::{contains_card_number, scan};
+use cajaguard_core::tripwire::{contains_card_number, scan, scan_params};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -15,7 +15,8 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let policy = TestModePolicy::spec_default();
-    if let Some(hit) = scan(&policy, &value) {
+    // The proxy's scan of a whole message's params, and the arguments-only scan precheck runs.
+    for hit in [scan_params(&policy, &value), scan(&policy, &value)].into_iter().flatten() {
         assert!(
             !contains_card_number(&hit.path),
             "path repeats a card number"

@@ -427,6 +427,7 @@ pub fn readme_block(readme: &str, run: &Run) -> Result<String> {
             "decide_allow",
             "decide_approval_rejected",
             "tripwire_deny",
+            "tripwire_clean",
             "gate_allow_durable",
             "window_1000",
             &format!("window_{}", run.sizes.big_ledger_rows),

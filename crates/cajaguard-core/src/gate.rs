@@ -313,7 +313,7 @@ fn tripwire_refusal(hit: &tripwire::Hit) -> Ruling {
     Ruling::new(
         Reason::TestModeCredential,
         format!(
-            "test mode refused the arguments at {} ({}: {}); in test mode use a test handler and a test token",
+            "test mode refused the call at {} ({}: {}); in test mode use a test handler and a test token",
             hit.path,
             hit.rule.as_str(),
             hit.rule.explain()

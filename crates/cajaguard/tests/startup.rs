@@ -48,3 +48,57 @@ fn sixteen_processes_started_at_once_on_a_fresh_home_all_initialize() {
         }
     }
 }
+
+#[path = "pg_support/mod.rs"]
+mod pg_support;
+
+/// The same on one PostgreSQL store: sixteen hosts start at once on a fresh schema, so every
+/// one of them finds the migrations unapplied; each is applied once and every host initializes.
+#[test]
+fn sixteen_hosts_started_at_once_on_a_fresh_postgres_schema_all_initialize() {
+    let Some(base) = pg_support::base_url() else {
+        pg_support::notice(
+            "sixteen_hosts_started_at_once_on_a_fresh_postgres_schema_all_initialize",
+        );
+        return;
+    };
+    const HOSTS: usize = 16;
+    const ROUNDS: usize = 10;
+    const URL_ENV: &str = "CAJAGUARD_STORE_URL";
+    for round in 0..ROUNDS {
+        let schema = pg_support::Schema::create(&base);
+        let world = World::with_test_shop(json!({}));
+        let hosts: Vec<Host> = (0..HOSTS)
+            .map(|n| {
+                world.host(
+                    &format!("host{n}"),
+                    json!({ "url_env": URL_ENV }),
+                    &[(URL_ENV, schema.url.as_str())],
+                )
+            })
+            .collect();
+        let mut proxies: Vec<Mcp> = hosts.iter().map(Host::proxy_uninitialized).collect();
+        let ids: Vec<u64> = proxies
+            .iter_mut()
+            .map(|mcp| {
+                mcp.send_request(
+                    "initialize",
+                    json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "startup", "version": "0"}}),
+                )
+            })
+            .collect();
+        for (i, (mcp, id)) in proxies.iter_mut().zip(ids).enumerate() {
+            let answer = mcp.answer_to(id);
+            assert!(
+                answer.get("result").is_some(),
+                "round {round}, host {i}: {answer}"
+            );
+        }
+        let applied: i64 = schema
+            .client()
+            .query_one("SELECT COUNT(*) FROM schema_migrations", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(applied, 1, "round {round}: each migration applied once");
+    }
+}

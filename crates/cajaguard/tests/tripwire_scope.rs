@@ -145,3 +145,54 @@ fn a_duplicate_key_on_any_forwarded_call_is_refused() {
     }
     assert_eq!(world.shop_calls().len(), before);
 }
+
+/// A cancellation is forwarded to the shop (with the proxy's request id), so its `params` are
+/// scanned like a call's: one whose reason holds a card number is dropped, a clean one goes.
+#[test]
+fn a_cancellation_carrying_a_card_number_is_not_forwarded() {
+    let world = World::with_test_shop(json!({"on": {"search_catalog": [{"hang": true}]}}));
+    let mut mcp = world.proxy();
+    let id = mcp.send_request(
+        "tools/call",
+        json!({"name": "search_catalog", "arguments": {"query": "socks"}}),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !world
+        .test_shop_lines()
+        .iter()
+        .any(|l| l.contains("search_catalog"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never reached the shop"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    mcp.notify(
+        "notifications/cancelled",
+        json!({"requestId": id, "reason": "wrong card 4111 1111 1111 1111, sorry"}),
+    );
+    mcp.notify(
+        "notifications/cancelled",
+        json!({"requestId": id, "reason": "the user left"}),
+    );
+    // The clean one was sent after the other on the same pipe: once it is there, the other would be.
+    let cancellations = || -> Vec<String> {
+        world
+            .test_shop_lines()
+            .into_iter()
+            .filter(|l| l.contains("notifications/cancelled"))
+            .collect()
+    };
+    while cancellations().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the clean cancellation never arrived"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let seen = cancellations();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0].contains("the user left"), "{seen:?}");
+    assert!(!seen.iter().any(|l| l.contains("4111")), "{seen:?}");
+}

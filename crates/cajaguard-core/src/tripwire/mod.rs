@@ -154,9 +154,16 @@ struct Walker<'p, 'a> {
     policy: &'p TestModePolicy,
     root: Root,
     stack: Vec<Seg<'a>>,
-    /// How many secret-like field names lie above the current value: under any of them, a `live`
-    /// segment in any string is a live secret, however deep.
-    secret_depth: usize,
+}
+
+/// Whether any of these path segments is a secret-like field name: beneath one, a `live` segment
+/// in any string is a live secret, however deep. Asked only once such a string is found, so
+/// clean calls never pay for judging names.
+fn secret_among(segs: &[Seg<'_>]) -> bool {
+    segs.iter().any(|seg| match seg {
+        Seg::Key(k, _) => secrets::secret_like_name(&normalise(k)),
+        Seg::Index(_) => false,
+    })
 }
 
 impl<'p, 'a> Walker<'p, 'a> {
@@ -165,23 +172,23 @@ impl<'p, 'a> Walker<'p, 'a> {
             policy,
             root,
             stack: Vec::with_capacity(16),
-            secret_depth: 0,
         }
     }
 
     fn run(mut self, v: &'a Value) -> Option<Hit> {
-        let rule = self.value(v, false)?;
+        let rule = self.value(v)?;
         Some(Hit {
             path: render(&self.stack),
             rule,
         })
     }
 
-    /// Leaves the stack at the hit's path when it returns `Some`. `credential`: `v` is the value of
-    /// a credential-like field.
-    fn value(&mut self, v: &'a Value, credential: bool) -> Option<Rule> {
+    /// Leaves the stack at the hit's path when it returns `Some`.
+    fn value(&mut self, v: &'a Value) -> Option<Rule> {
         match v {
-            Value::String(s) => string_rules(s, self.secret_depth > 0),
+            Value::String(s) => {
+                profiled_rules(s, Profile::of(s.as_bytes()), &|| secret_among(&self.stack))
+            }
             Value::Number(n) => cards::number_is_card(n).then_some(Rule::CardNumber),
             Value::Array(items) => {
                 for (i, item) in items.iter().enumerate() {
@@ -191,59 +198,61 @@ impl<'p, 'a> Walker<'p, 'a> {
                     {
                         return Some(rule);
                     }
-                    if let Some(rule) = self.value(item, credential) {
+                    if let Some(rule) = self.value(item) {
                         return Some(rule);
                     }
                     self.stack.pop();
                 }
                 None
             }
-            Value::Object(map) => self.object(map, credential),
+            Value::Object(map) => self.object(map),
             Value::Null | Value::Bool(_) => None,
         }
     }
 
-    fn object(&mut self, map: &'a Map<String, Value>, credential: bool) -> Option<Rule> {
+    /// Whether the object being walked is a credential: the nearest field name above it (through
+    /// arrays: `credentials: [{...}]`) names one.
+    fn in_credential(&self) -> bool {
+        let above = &self.stack[..self.stack.len().saturating_sub(1)];
+        above
+            .iter()
+            .rev()
+            .find_map(|seg| match seg {
+                Seg::Key(k, _) => Some(secrets::credential_name(&normalise(k))),
+                Seg::Index(_) => None,
+            })
+            .unwrap_or(false)
+    }
+
+    fn object(&mut self, map: &'a Map<String, Value>) -> Option<Rule> {
         for (i, (k, item)) in map.iter().enumerate() {
             self.stack.push(Seg::Key(k, i));
-            if let Some(rule) = string_rules(k, self.secret_depth > 0) {
+            let key = Profile::of(k.as_bytes());
+            // A key is judged beneath the names above it, not its own.
+            let depth = self.stack.len() - 1;
+            if let Some(rule) = profiled_rules(k, key, &|| secret_among(&self.stack[..depth])) {
                 return Some(rule);
             }
-            let name = normalise(k);
+            let name = if key.plain {
+                std::borrow::Cow::Borrowed(k.as_str())
+            } else {
+                normalise(k)
+            };
             let carries = !item.is_null();
             if carries
                 && (secrets::card_field_anywhere(&name)
-                    || (credential && secrets::card_field_in_credential(&name)))
+                    || (secrets::card_field_in_credential(&name) && self.in_credential()))
             {
                 return Some(Rule::CardCredential);
             }
-            if credential
-                && name.eq_ignore_ascii_case("type")
+            if name.eq_ignore_ascii_case("type")
                 && item.as_str().is_some_and(secrets::card_credential_type)
+                && self.in_credential()
             {
                 return Some(Rule::CardCredential);
             }
-            // Whether a name is secret-like matters only for what may hold a `live` beneath it.
-            let (secret, credential) = match item {
-                // A `live` can only be in another form of a string with `%` or non-ASCII.
-                Value::String(s) => (
-                    (!s.is_ascii()
-                        || s.contains('%')
-                        || secrets::contains_ci(s.as_bytes(), b"live"))
-                        && secrets::secret_like_name(&name),
-                    false,
-                ),
-                Value::Array(_) | Value::Object(_) => (
-                    secrets::secret_like_name(&name),
-                    secrets::credential_name(&name),
-                ),
-                _ => (false, false),
-            };
-            self.secret_depth += usize::from(secret);
-            let found = self.value(item, credential);
-            self.secret_depth -= usize::from(secret);
-            if found.is_some() {
-                return found;
+            if let Some(rule) = self.value(item) {
+                return Some(rule);
             }
             self.stack.pop();
         }
@@ -326,56 +335,64 @@ impl<'p, 'a> Walker<'p, 'a> {
 /// are looked at once and never copied.
 #[derive(Clone, Copy)]
 struct Profile {
+    ascii: bool,
     /// ASCII with no `%`: the string is its only form.
     plain: bool,
     digits: usize,
     underscore: bool,
-    /// An `l`/`L`: every live rule needs one (forms are normalised, so `ｌ` is `l` by then).
-    maybe_live: bool,
+    /// `live` in any case: every live rule needs it (forms are normalised, so `ｌｉｖｅ` is
+    /// `live` by then).
+    live: bool,
 }
 
 impl Profile {
     fn of(b: &[u8]) -> Profile {
-        let (mut high, mut digits, mut underscore, mut l, mut percent) =
+        const LIVE: u32 = u32::from_be_bytes(*b"live");
+        let (mut high, mut digits, mut underscore, mut live, mut percent) =
             (0u8, 0usize, false, false, false);
+        // The last four bytes, each `| 0x20`: that lower-cases ASCII letters and maps nothing
+        // else onto `l`, `i`, `v` or `e`, so the window equals `live` exactly when the text
+        // holds `live` in some case.
+        let mut window = 0u32;
         for &c in b {
             high |= c & 0x80;
             digits += usize::from(c.is_ascii_digit());
             underscore |= c == b'_';
-            l |= (c | 0x20) == b'l';
             percent |= c == b'%';
+            window = (window << 8) | u32::from(c | 0x20);
+            live |= window == LIVE;
         }
-        let plain = high == 0 && !percent;
+        let ascii = high == 0;
         Profile {
-            plain,
+            ascii,
+            plain: ascii && !percent,
             digits,
             underscore,
-            maybe_live: l,
+            live,
         }
     }
 }
 
-/// Live keys, live secrets (when beneath a secret-like name) and card numbers in one string, a
-/// value or a key, in every form of it.
-fn string_rules(s: &str, under_secret: bool) -> Option<Rule> {
-    let profile = Profile::of(s.as_bytes());
+/// Live keys, live secrets and card numbers in one string (a value or a key) whose profile is
+/// known, in every form of it. `secret` (is the string beneath a secret-like name?) is asked only
+/// when a form of the string has a `live` segment.
+fn profiled_rules(s: &str, profile: Profile, secret: &dyn Fn() -> bool) -> Option<Rule> {
     if profile.plain {
-        return form_rules(s, profile, under_secret);
+        return form_rules(s, profile, secret);
     }
-    forms(s).iter().find_map(|form| {
-        let profile = Profile::of(form.as_bytes());
-        form_rules(form, profile, under_secret)
-    })
+    forms(s)
+        .iter()
+        .find_map(|form| form_rules(form, Profile::of(form.as_bytes()), secret))
 }
 
-fn form_rules(s: &str, profile: Profile, under_secret: bool) -> Option<Rule> {
-    if under_secret && profile.maybe_live && secrets::has_live_segment(s) {
+fn form_rules(s: &str, profile: Profile, secret: &dyn Fn() -> bool) -> Option<Rule> {
+    if profile.live && secrets::has_live_segment(s) && secret() {
         return Some(Rule::LiveSecret);
     }
-    if profile.maybe_live && profile.underscore && secrets::has_live_prefix(s.as_bytes()) {
+    if profile.live && profile.underscore && secrets::has_live_prefix(s.as_bytes()) {
         return Some(Rule::LiveKeyPrefix);
     }
-    if s.is_ascii() {
+    if profile.ascii {
         return (profile.digits >= 13 && cards::card_in(s.as_bytes())).then_some(Rule::CardNumber);
     }
     card_in_str(s).then_some(Rule::CardNumber)

@@ -500,13 +500,18 @@ fn initialized(mut mcp: Mcp) -> Mcp {
 impl Host {
     /// `cajaguard mcp` for this host, initialized.
     pub fn proxy(&self) -> Mcp {
+        initialized(self.proxy_uninitialized())
+    }
+
+    /// `cajaguard mcp` for this host, before any message.
+    pub fn proxy_uninitialized(&self) -> Mcp {
         let mut command = Command::new(cajaguard_bin());
         command
             .args(["mcp", "--config"])
             .arg(&self.config)
             .env("HOME", &self.dir)
             .envs(self.env.iter().map(|(k, v)| (k, v)));
-        initialized(spawn_uninitialized(command))
+        spawn_uninitialized(command)
     }
 
     /// `cajaguard ARGS --config FILE` on this host, with the world's key dir.
