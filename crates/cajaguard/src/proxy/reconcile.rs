@@ -29,73 +29,87 @@ use crate::store::{AuditRecord, InFlight, ReleasedBy};
 const RECONCILER_PROFILE: &str = "https://cajaguard.invalid/profiles/reconciler.json";
 
 impl Proxy {
-    /// Starts the background pass over every reservation in flight.
+    /// Starts the background pass over every reservation in flight. What the first pass covers is
+    /// listed here, before the proxy serves: the pass then never reads a checkout this very process
+    /// is paying (a payment of its own is settled by its own call).
     pub(super) fn spawn_reconciler(self: &Arc<Proxy>) {
+        let rows = match self.store.in_flight() {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!("cannot list reservations in flight to reconcile them: {e}");
+                return;
+            }
+        };
+        // Reservations released as stale may still have been completed by a slow shop: read them
+        // again within the window, and count the ones that were.
+        let released = self
+            .store
+            .released_by_reconcile(self.policy.window, (self.clock)())
+            .unwrap_or_else(|e| {
+                tracing::warn!("cannot list released reservations to revisit them: {e}");
+                Vec::new()
+            });
+        if rows.is_empty() && released.is_empty() {
+            return;
+        }
         let proxy = self.clone();
         let spawned = std::thread::Builder::new()
             .name("reconcile".into())
-            .spawn(move || proxy.reconcile_in_flight());
+            .spawn(move || proxy.reconcile_in_flight(rows, released));
         if spawned.is_err() {
             // Not fatal: the reservations stay counted and the next call for each checkout reconciles it.
             tracing::warn!("cannot start the reconciliation thread");
         }
     }
 
-    /// One pass at start; a second once the reservations that were too young to release are stale.
-    fn reconcile_in_flight(&self) {
-        let grace = self.stale_after();
-        let mut young = false;
-        for pass in 0..2 {
-            if pass == 1 {
-                if !young {
-                    return;
-                }
-                std::thread::sleep(grace);
+    /// One pass at start; a second, over the same reservations, once those that were too young to
+    /// release are stale.
+    fn reconcile_in_flight(&self, rows: Vec<InFlight>, released: Vec<InFlight>) {
+        let young = self.reconcile_rows(&rows, &released);
+        if young.is_empty() {
+            return;
+        }
+        std::thread::sleep(self.stale_after());
+        // Only those still in flight and still the same attempt.
+        let still: Vec<InFlight> = young
+            .into_iter()
+            .filter(|row| {
+                matches!(self.store.in_flight_of(&row.checkout_id), Ok(Some(now))
+                    if now.idempotency_key == row.idempotency_key && now.reserved_at == row.reserved_at)
+            })
+            .collect();
+        self.reconcile_rows(&still, &[]);
+    }
+
+    /// Reads each row's checkout from the shop and records what it says; returns the in-flight rows
+    /// that were too young to release.
+    fn reconcile_rows(&self, rows: &[InFlight], released: &[InFlight]) -> Vec<InFlight> {
+        let mut young = Vec::new();
+        let revisits = released.iter().map(|row| (row, true));
+        for (row, released) in rows.iter().map(|row| (row, false)).chain(revisits) {
+            let now = (self.clock)();
+            // A released row only ever becomes completed; its age says nothing then.
+            let stale = !released && self.is_stale(row, now);
+            if !released && !stale {
+                young.push(row.clone());
             }
-            let rows = match self.store.in_flight() {
-                Ok(rows) => rows,
+            let agent = serde_json::json!({ "profile": RECONCILER_PROFILE });
+            let params = checkout::get_checkout_params(&agent, &row.checkout_id);
+            let result = match self.shop.request("tools/call", Some(&params), &mut |_| {}) {
+                Ok(Reply::Result(raw)) => serde_json::from_str::<Value>(raw.get()).ok(),
+                Ok(Reply::Error(_)) => None,
                 Err(e) => {
-                    tracing::warn!("cannot list reservations in flight to reconcile them: {e}");
-                    return;
+                    // The shop is down or hanging: asking about the others would only wait
+                    // again; the next call for each checkout tries once more.
+                    tracing::warn!("reconciliation stopped: {e}");
+                    return Vec::new();
                 }
             };
-            // Reservations released as stale may still have been completed by a slow shop: read
-            // them again within the window, and count the ones that were (a release never applies
-            // to them twice: `settle` ignores a release of a released row).
-            let released = if pass == 0 {
-                self.store
-                    .released_by_reconcile(self.policy.window, (self.clock)())
-                    .unwrap_or_else(|e| {
-                        tracing::warn!("cannot list released reservations to revisit them: {e}");
-                        Vec::new()
-                    })
-            } else {
-                Vec::new()
-            };
-            young = false;
-            let revisits = released.into_iter().map(|row| (row, true));
-            for (row, released) in rows.into_iter().map(|row| (row, false)).chain(revisits) {
-                let now = (self.clock)();
-                // A released row only ever becomes completed; its age says nothing then.
-                let stale = !released && self.is_stale(&row, now);
-                young |= !released && !stale;
-                let agent = serde_json::json!({ "profile": RECONCILER_PROFILE });
-                let params = checkout::get_checkout_params(&agent, &row.checkout_id);
-                let result = match self.shop.request("tools/call", Some(&params), &mut |_| {}) {
-                    Ok(Reply::Result(raw)) => serde_json::from_str::<Value>(raw.get()).ok(),
-                    Ok(Reply::Error(_)) => None,
-                    Err(e) => {
-                        // The shop is down or hanging: asking about the others would only wait
-                        // again; the next call for each checkout tries once more.
-                        tracing::warn!("reconciliation stopped: {e}");
-                        return;
-                    }
-                };
-                if let Some(result) = result {
-                    self.settle_from_reading(&row, &result, &agent, stale);
-                }
+            if let Some(result) = result {
+                self.settle_from_reading(row, &result, &agent, stale);
             }
         }
+        young
     }
 
     /// Before the gate decides on `request`'s checkout: if an earlier attempt on it is still in
