@@ -136,17 +136,9 @@ fn record(
     note: Option<String>,
 ) -> AuditRecord {
     AuditRecord {
-        at,
-        tool: "cli".into(),
         verdict: verdict.into(),
         reason: reason.into(),
-        merchant: None,
-        currency: None,
-        total: None,
-        request_id: None,
-        idempotency_key: None,
-        checkout_id: None,
-        latency: std::time::Duration::ZERO,
         note,
+        ..AuditRecord::new(at, "cli")
     }
 }

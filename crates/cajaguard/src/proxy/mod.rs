@@ -630,20 +630,7 @@ impl Proxy {
 
     /// An audit record for `tool` at the current time, the rest to be filled by the caller.
     fn audit_record(&self, tool: &str) -> AuditRecord {
-        AuditRecord {
-            at: (self.clock)(),
-            tool: tool.to_owned(),
-            verdict: String::new(),
-            reason: String::new(),
-            merchant: None,
-            currency: None,
-            total: None,
-            request_id: None,
-            idempotency_key: None,
-            checkout_id: None,
-            latency: std::time::Duration::ZERO,
-            note: None,
-        }
+        AuditRecord::new((self.clock)(), tool)
     }
 
     fn audit_refusal(&self, tool: &str, ruling: &Ruling) {

@@ -204,18 +204,14 @@ impl Proxy {
             _ => ("reconciled_released", None),
         };
         let record = AuditRecord {
-            at: now,
-            tool: super::tools::GATED_TOOL.into(),
             verdict: "settled".into(),
             reason: reason.into(),
-            merchant: None,
             currency: Some(super::audit_text(&row.currency)),
             total: Some(row.total),
-            request_id: None,
             idempotency_key: Some(super::audit_text(&row.idempotency_key)),
             checkout_id: Some(super::audit_text(&row.checkout_id)),
-            latency: Duration::ZERO,
             note,
+            ..AuditRecord::new(now, super::tools::GATED_TOOL)
         };
         if let Err(e) = self.store.audit(&record) {
             tracing::error!("audit record not written: {e}");

@@ -171,6 +171,26 @@ pub struct AuditRecord {
     pub note: Option<String>,
 }
 
+impl AuditRecord {
+    /// A record for `tool` at `at`; the caller fills in what it knows.
+    pub fn new(at: OffsetDateTime, tool: &str) -> AuditRecord {
+        AuditRecord {
+            at,
+            tool: tool.to_owned(),
+            verdict: String::new(),
+            reason: String::new(),
+            merchant: None,
+            currency: None,
+            total: None,
+            request_id: None,
+            idempotency_key: None,
+            checkout_id: None,
+            latency: Duration::ZERO,
+            note: None,
+        }
+    }
+}
+
 /// A pending request as stored, with what `approve` shows.
 #[derive(Debug, Clone)]
 pub struct PendingRow {

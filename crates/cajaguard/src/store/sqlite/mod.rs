@@ -118,6 +118,39 @@ struct SqliteTx<'a> {
     approvals_dir: &'a Path,
 }
 
+impl SqliteTx<'_> {
+    /// Ledger rows as [`InFlight`], from a query selecting checkout id, idempotency key,
+    /// currency, reserved and reserved at.
+    fn in_flight_rows(
+        &self,
+        sql: &str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<InFlight>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let rows = stmt.query_map(params, |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (checkout_id, idempotency_key, currency, total, reserved_at) = row?;
+            out.push(InFlight {
+                checkout_id,
+                idempotency_key,
+                currency,
+                total,
+                reserved_at: from_micros(reserved_at, "a ledger row's reserved_at")?,
+            });
+        }
+        Ok(out)
+    }
+}
+
 impl Tx for SqliteTx<'_> {
     fn lock_currency(&mut self, _currency: &str) -> Result<(), StoreError> {
         // BEGIN IMMEDIATE already holds the whole database's write lock.
@@ -228,32 +261,12 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn released_by_reconcile(&mut self, from_us: i64) -> Result<Vec<InFlight>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
+        self.in_flight_rows(
             "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at FROM ledger
              WHERE state = 'released' AND released_by = 'reconcile' AND reserved_at >= ?1
              ORDER BY reserved_at",
-        )?;
-        let rows = stmt.query_map([from_us], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, i64>(3)?,
-                r.get::<_, i64>(4)?,
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (checkout_id, idempotency_key, currency, total, reserved_at) = row?;
-            out.push(InFlight {
-                checkout_id,
-                idempotency_key,
-                currency,
-                total,
-                reserved_at: from_micros(reserved_at, "a ledger row's reserved_at")?,
-            });
-        }
-        Ok(out)
+            &[&from_us],
+        )
     }
 
     fn lock_checkout(&mut self, _checkout_id: &str) -> Result<(), StoreError> {
@@ -413,31 +426,11 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
+        self.in_flight_rows(
             "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at FROM ledger
              WHERE state = 'in_flight' ORDER BY reserved_at",
-        )?;
-        let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, i64>(3)?,
-                r.get::<_, i64>(4)?,
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (checkout_id, idempotency_key, currency, total, reserved_at) = row?;
-            out.push(InFlight {
-                checkout_id,
-                idempotency_key,
-                currency,
-                total,
-                reserved_at: from_micros(reserved_at, "a ledger row's reserved_at")?,
-            });
-        }
-        Ok(out)
+            &[],
+        )
     }
 
     fn approval_documents(&mut self, id: &RequestId) -> Result<Vec<ApprovalDocument>, StoreError> {
