@@ -509,3 +509,61 @@ fn a_stale_release_is_revisited_and_counted_when_the_checkout_later_completes() 
         "the late charge is counted at the next reconciliation"
     );
 }
+
+/// The digest sees the product, not only the line and its price: an approval for 1 x Day pack at
+/// USD 89.00 does not pay for another product at USD 89.00 on the same line.
+#[test]
+fn an_approval_never_pays_for_another_product_at_the_same_price() {
+    let day_pack = |title: &str, product: &str| {
+        let mut c = ready_checkout("gid://fixture/Checkout/1");
+        c["line_items"] = json!([{ "id": "li_1", "item": { "id": product, "title": title, "price": 8900 }, "quantity": 1 }]);
+        c["totals"] =
+            json!([{ "type": "subtotal", "amount": 8900 }, { "type": "total", "amount": 8900 }]);
+        c
+    };
+    let approved = day_pack("Day pack", "gid://fixture/Product/day-pack");
+    let mut completed = approved.clone();
+    completed["status"] = json!("completed");
+    let world = World::with_test_shop(json!({ "on": {
+        "get_checkout": [{"checkout": approved}],
+        "complete_checkout": [{"checkout": completed}],
+    }}));
+    let key = uuid();
+    let mut mcp = world.proxy();
+    let blocked = mcp.call(
+        "complete_checkout",
+        Mcp::complete_arguments("gid://fixture/Checkout/1", &key),
+    );
+    let (_, reason, request_id) = verdict(&blocked);
+    assert_eq!(reason, "pending_approval", "{blocked}");
+    let request_id = request_id.unwrap();
+    let signed = world.cli(&["approve", &request_id, "--yes"]);
+    assert!(
+        signed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&signed.stderr)
+    );
+    drop(mcp);
+
+    // The shop now holds a tent footprint at the same price on the same line.
+    let swapped = day_pack("Tent footprint", "gid://fixture/Product/tent-footprint");
+    world.set_test_shop_script(&json!({ "on": { "get_checkout": [{"checkout": swapped}] }}));
+    let mut mcp = world.proxy();
+    let answer = mcp.call(
+        "complete_checkout",
+        Mcp::complete_arguments("gid://fixture/Checkout/1", &key),
+    );
+    let (verdict_now, reason, new_id) = verdict(&answer);
+    assert_eq!(
+        (verdict_now.as_str(), reason.as_str()),
+        ("blocked", "pending_approval"),
+        "{answer}"
+    );
+    assert_ne!(
+        new_id.as_deref(),
+        Some(request_id.as_str()),
+        "a new request to approve"
+    );
+    let lines = world.test_shop_lines().join("\n");
+    assert!(!lines.contains("\"complete_checkout\""), "{lines}");
+}
