@@ -105,7 +105,7 @@ check_tools() {
   leaked="$(jget "$out" 'r.result.tools.map(t => t.name).filter(n => ![
       "create_checkout","get_checkout","update_checkout","complete_checkout","cancel_checkout",
       "create_cart","get_cart","update_cart","cancel_cart","search_catalog","lookup_catalog",
-      "get_product","get_order","cajaguard_status","cajaguard_approval_status"].includes(n)).join(" ")')"
+      "get_product","get_order","cajaguard_status","cajaguard_approval_status","cajaguard_freeze"].includes(n)).join(" ")')"
   [ -z "$leaked" ] || { fail "tools/list shows non-UCP tools: $leaked"; return; }
   pass
 }

@@ -43,7 +43,7 @@ UCP_TOOLS = {
     "create_cart", "get_cart", "update_cart", "cancel_cart",
     "search_catalog", "lookup_catalog", "get_product", "get_order",
 }
-PROXY_TOOLS = {"cajaguard_status", "cajaguard_approval_status"}
+PROXY_TOOLS = {"cajaguard_status", "cajaguard_approval_status", "cajaguard_freeze"}
 MODERN = "2026-07-28"
 AGENT_PROFILE = "https://agent.example/profile"
 

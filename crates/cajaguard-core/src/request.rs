@@ -70,6 +70,12 @@ fn shown_name(name: &str) -> String {
     }
 }
 
+/// A checkout id as CajaGuard keys claims and leases by it: non-empty, with no whitespace or
+/// control characters (a shop that trims ids would otherwise see one checkout under two claims).
+pub fn is_plain_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 1024 && !id.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
 impl CompleteRequest {
     /// Steps 2-3 only (the tripwire is [`crate::tripwire`]). Refusals: `bad_request`,
     /// `request_field_not_allowed` (detail names the fields).
@@ -77,11 +83,28 @@ impl CompleteRequest {
         let Some(obj) = args.as_object() else {
             return Err(bad("complete_checkout arguments must be a JSON object"));
         };
+        // Only what the pinned `complete_checkout` takes: anything else would reach the shop
+        // unchecked, and outside the request digest.
+        let unknown: Vec<String> = obj
+            .keys()
+            .filter(|k| !matches!(k.as_str(), "meta" | "id" | "checkout"))
+            .map(|k| shown_name(k))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(Ruling::new(
+                Reason::RequestFieldNotAllowed,
+                format!(
+                    "complete_checkout takes only meta, id and checkout; not {}",
+                    unknown.join(", ")
+                ),
+            ));
+        }
         let checkout_id = match obj.get("id") {
-            Some(Value::String(s)) if !s.is_empty() => s.clone(),
+            Some(Value::String(s)) if is_plain_id(s) => s.clone(),
             _ => {
                 return Err(bad(
-                    "complete_checkout needs `id`, the checkout id, as a non-empty string",
+                    "complete_checkout needs `id`, the checkout id, as a non-empty string without \
+                     spaces or control characters",
                 ));
             }
         };
@@ -140,7 +163,16 @@ impl CompleteRequest {
 
         let mut instruments = Vec::new();
         match payment.get("instruments") {
-            None => {}
+            None => {
+                return Err(bad(
+                    "complete_checkout needs checkout.payment.instruments with the instrument that pays",
+                ));
+            }
+            Some(Value::Array(listed)) if listed.is_empty() => {
+                return Err(bad(
+                    "checkout.payment.instruments is empty: name the instrument that pays",
+                ));
+            }
             Some(Value::Array(listed)) => {
                 for (i, inst) in listed.iter().enumerate() {
                     let handler_id = match inst.get("handler_id") {

@@ -127,18 +127,7 @@ pub fn read_checkout(result: &Value) -> Reading {
 /// that cannot be read counts as differing (fail closed).
 pub fn charge(quote: &Quote, checkout: &Value) -> Charge {
     let mut differs = Vec::new();
-    let currency = match checkout.get("currency") {
-        None => None,
-        Some(Value::String(c)) if *c == quote.currency => None,
-        Some(Value::String(c)) => {
-            differs.push("currency");
-            Some(c.clone())
-        }
-        Some(_) => {
-            differs.push("currency");
-            None
-        }
-    };
+    let currency = charged_currency(checkout, &quote.currency, &mut differs);
     let shop_total = match checkout.get("totals") {
         None => None,
         Some(_) => match single_total(checkout) {
@@ -181,18 +170,55 @@ pub fn charge(quote: &Quote, checkout: &Value) -> Charge {
 /// reservation and the shop's total (a higher one is named as differing); a checkout still open or
 /// canceled was not paid; anything unreadable keeps the reservation. The caller decides whether
 /// the attempt is old enough that no live call can still complete it.
-pub fn reconcile(result: &Value, order_total: Option<i64>, reserved: i64) -> Settlement {
+pub fn reconcile(
+    result: &Value,
+    order_total: Option<i64>,
+    reserved: i64,
+    reserved_currency: &str,
+) -> Settlement {
     match read_checkout(result) {
-        Reading::Completed(checkout) => match single_total(&checkout).or(order_total) {
-            Some(t) if t > reserved => Settlement::Completed(Charge {
-                amount: t,
-                currency: None,
-                differs: vec!["total"],
-            }),
-            _ => Settlement::Completed(Charge::as_reserved(reserved)),
-        },
+        Reading::Completed(checkout) => {
+            let mut differs = Vec::new();
+            let currency = charged_currency(&checkout, reserved_currency, &mut differs);
+            let amount = match single_total(&checkout).or(order_total) {
+                Some(t) if currency.is_some() => t,
+                Some(t) if t > reserved => {
+                    differs.push("total");
+                    t
+                }
+                _ => reserved,
+            };
+            Settlement::Completed(Charge {
+                amount,
+                currency,
+                differs,
+            })
+        }
         Reading::Open => Settlement::Released,
         Reading::Unknown => Settlement::Unknown,
+    }
+}
+
+/// The currency a completed checkout was charged in when it is not `expected` (`None`: the same,
+/// or none stated). Compared as ISO 4217 codes are (trimmed, upper case), so that `"usd "` books
+/// in the USD window; any difference, in form too, is named.
+fn charged_currency(
+    checkout: &Value,
+    expected: &str,
+    differs: &mut Vec<&'static str>,
+) -> Option<String> {
+    match checkout.get("currency") {
+        None => None,
+        Some(Value::String(c)) if c == expected => None,
+        Some(Value::String(c)) => {
+            differs.push("currency");
+            let code = c.trim().to_ascii_uppercase();
+            (code != expected).then_some(code)
+        }
+        Some(_) => {
+            differs.push("currency");
+            None
+        }
     }
 }
 

@@ -125,12 +125,20 @@ mod reconcile {
     #[test]
     fn a_completed_checkout_settles_with_the_higher_total() {
         assert_eq!(
-            reconcile(&result(checkout("completed", json!(2400))), None, 2400),
+            reconcile(
+                &result(checkout("completed", json!(2400))),
+                None,
+                2400,
+                "USD"
+            ),
             Settlement::Completed(Charge::as_reserved(2400))
         );
-        let Settlement::Completed(higher) =
-            reconcile(&result(checkout("completed", json!(2600))), None, 2400)
-        else {
+        let Settlement::Completed(higher) = reconcile(
+            &result(checkout("completed", json!(2600))),
+            None,
+            2400,
+            "USD",
+        ) else {
             panic!("not completed")
         };
         assert_eq!((higher.amount, higher.differs()), (2600, true));
@@ -139,13 +147,14 @@ mod reconcile {
         c["order"] =
             json!({"id": "gid://shop/Order/9", "permalink_url": "https://shop.example/o/9"});
         assert_eq!(order_to_ask(&c), Some("gid://shop/Order/9"));
-        let Settlement::Completed(by_order) = reconcile(&result(c.clone()), Some(2500), 2400)
+        let Settlement::Completed(by_order) =
+            reconcile(&result(c.clone()), Some(2500), 2400, "USD")
         else {
             panic!("not completed")
         };
         assert_eq!(by_order.amount, 2500);
         assert_eq!(
-            reconcile(&result(c), None, 2400),
+            reconcile(&result(c), None, 2400, "USD"),
             Settlement::Completed(Charge::as_reserved(2400))
         );
         assert_eq!(order_to_ask(&checkout("completed", json!(1))), None);
@@ -155,7 +164,7 @@ mod reconcile {
     fn an_open_or_canceled_checkout_was_not_paid() {
         for status in ["ready_for_complete", "incomplete", "canceled"] {
             assert_eq!(
-                reconcile(&result(checkout(status, json!(2400))), None, 2400),
+                reconcile(&result(checkout(status, json!(2400))), None, 2400, "USD"),
                 Settlement::Released,
                 "{status}"
             );
@@ -179,11 +188,32 @@ mod reconcile {
             json!([]),
         ] {
             assert_eq!(
-                reconcile(&answer, None, 2400),
+                reconcile(&answer, None, 2400, "USD"),
                 Settlement::Unknown,
                 "{answer}"
             );
             assert_eq!(read_checkout(&answer), Reading::Unknown, "{answer}");
         }
     }
+}
+
+#[test]
+fn a_charged_currency_is_read_as_a_code_and_named_when_it_differs() {
+    // Another spelling of the same code: counted in its window, still named (it froze payments).
+    let mut lower = checkout("completed", json!(8900));
+    lower["currency"] = json!("usd ");
+    let c = charge(&quoted(), &lower);
+    assert_eq!((c.currency, c.differs), (None, vec!["currency"]));
+    // Reconciliation compares the currency too: JPY minor units are not USD cents.
+    let mut jpy = checkout("completed", json!(21900));
+    jpy["currency"] = json!("JPY");
+    let Settlement::Completed(c) =
+        cajaguard_core::settle::reconcile(&result(jpy), None, 2400, "USD")
+    else {
+        panic!("not completed")
+    };
+    assert_eq!(
+        (c.amount, c.currency.as_deref(), c.differs),
+        (21900, Some("JPY"), vec!["currency"])
+    );
 }

@@ -567,3 +567,55 @@ fn an_approval_never_pays_for_another_product_at_the_same_price() {
     let lines = world.test_shop_lines().join("\n");
     assert!(!lines.contains("\"complete_checkout\""), "{lines}");
 }
+
+/// An update or cancel must name its checkout as a plain string: an array, a number or an id with
+/// spaces could reach a lenient shop as the claimed checkout while no lease covers it.
+#[test]
+fn updates_that_name_a_checkout_any_other_way_are_refused_before_the_shop() {
+    let world = World::new();
+    let mut mcp = world.proxy();
+    let checkout_id = mcp.create_checkout("trail-socks", 2);
+    for id in [
+        json!([checkout_id]),
+        json!({ "id": checkout_id }),
+        json!(1),
+        json!(format!("{checkout_id} ")),
+        json!(format!("\t{checkout_id}")),
+    ] {
+        for tool in ["update_checkout", "cancel_checkout"] {
+            let answer = mcp.call(
+                tool,
+                json!({ "meta": { "ucp-agent": { "profile": AGENT }, "idempotency-key": uuid() }, "id": id,
+                        "checkout": { "line_items": [{ "item": { "id": "gid://fixture/Product/down-parka" }, "quantity": 1 }] } }),
+            );
+            assert_eq!(verdict(&answer).1, "bad_request", "{tool} {id}: {answer}");
+        }
+    }
+    assert!(
+        !world
+            .shop_calls()
+            .iter()
+            .any(|(tool, _)| tool == "update_checkout" || tool == "cancel_checkout"),
+        "none reached the shop"
+    );
+}
+
+/// `complete_checkout` takes meta, id and checkout only, and names the instrument that pays.
+#[test]
+fn a_payment_with_extra_arguments_or_no_instrument_is_refused() {
+    let world = World::new();
+    let mut mcp = world.proxy();
+    let checkout_id = mcp.create_checkout("trail-socks", 2);
+    let mut extra = Mcp::complete_arguments(&checkout_id, &uuid());
+    extra["line_items"] =
+        json!([{ "item": { "id": "gid://fixture/Product/down-parka" }, "quantity": 1 }]);
+    let answer = mcp.call("complete_checkout", extra);
+    assert_eq!(verdict(&answer).1, "request_field_not_allowed", "{answer}");
+    let mut bare = Mcp::complete_arguments(&checkout_id, &uuid());
+    bare["checkout"]["payment"] = json!({ "instruments": [] });
+    assert_eq!(
+        verdict(&mcp.call("complete_checkout", bare)).1,
+        "bad_request"
+    );
+    assert_eq!(world.completes_reaching_shop(&checkout_id), 0);
+}

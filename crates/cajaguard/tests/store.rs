@@ -538,8 +538,15 @@ fn settle_completed_counts_once_and_is_idempotent(kind: Kind) {
         LedgerView {
             window_spent: 0,
             checkout: CheckoutLedger::Settled { total: 9900 },
-            frozen: None,
+            // The first completion charged more than reserved: that froze payments.
+            frozen: store.frozen().unwrap(),
         }
+    );
+    assert!(
+        view.frozen
+            .unwrap()
+            .reason
+            .contains("charged_differs on c1: total")
     );
     // A settled checkout is never reserved again (that would count its spend twice or lose it).
     let err = gate_with(
@@ -1738,7 +1745,8 @@ fn a_freeze_holds_until_its_own_signed_unfreeze(kind: Kind) {
     let store = &fx.store;
     assert_eq!(store.frozen().unwrap(), None);
     let frozen = store.freeze("charged_differs", NOW, &record(NOW)).unwrap();
-    // A second freeze keeps the first (its time is what an unfreeze names).
+    // A second freeze keeps the first's time (what an unfreeze names) and adds its reason, so
+    // the human who unfreezes sees every one.
     let again = store
         .freeze(
             "another reason",
@@ -1746,13 +1754,26 @@ fn a_freeze_holds_until_its_own_signed_unfreeze(kind: Kind) {
             &record(NOW),
         )
         .unwrap();
-    assert_eq!(again, frozen);
+    assert_eq!(again.at, frozen.at);
+    assert_eq!(again.reason, "charged_differs; another reason");
     let (view, _) = gate_with(store, "c1", "k1", "USD", 2400, NOW, refuse(None)).unwrap();
     assert_eq!(
         view.frozen.as_ref(),
-        Some(&frozen),
+        Some(&again),
         "the gate reads the freeze"
     );
+    // An unfreeze for what the human saw before the second reason came changes nothing.
+    {
+        let key = SigningKey::from_seed(&[3; 32]);
+        let trusted = TrustedKeys(vec![key.public_key()]);
+        let doc = sign_unfreeze(&key, &frozen, NOW, [8; 16], "");
+        let seen = verify_unfreeze(&doc, &trusted, &frozen, NOW).unwrap();
+        assert!(matches!(
+            store.unfreeze(&frozen, &seen, NOW, &record(NOW)),
+            Err(StoreError::NotThatFreeze)
+        ));
+    }
+    let frozen = again;
 
     let key = SigningKey::from_seed(&[3; 32]);
     let trusted = TrustedKeys(vec![key.public_key()]);
@@ -1810,6 +1831,97 @@ fn a_charge_in_another_currency_counts_there(kind: Kind) {
     );
 }
 
+fn a_refusal_of_an_attempt_retried_since_releases_nothing(kind: Kind) {
+    let Some(fx) = Fixture::open(kind) else {
+        return;
+    };
+    let store = &fx.store;
+    let gate = |now: OffsetDateTime, outcome: Outcome| {
+        let claim = store.claim("c1", "k1", now, DAY).unwrap().unwrap();
+        store
+            .gate(
+                &claim,
+                &request("c1", "k1"),
+                &quote("c1", "USD", 2400),
+                &d(1),
+                DAY,
+                now,
+                &mut |_, _| outcome.clone(),
+                &record(now),
+            )
+            .unwrap()
+            .permit
+            .unwrap()
+    };
+    let first = gate(NOW, forward("USD", 2400, None));
+    let retry = Outcome {
+        ruling: ruling(Verdict::Allow, Reason::IdempotentRetry),
+        effect: Effect::Retry,
+    };
+    let later = NOW + time::Duration::seconds(1);
+    let second = gate(later, retry);
+    // The shop refuses the first (say, "key in use") while the retry is at the shop.
+    store
+        .settle_permit(&first, &Settlement::Released, later)
+        .unwrap();
+    assert_eq!(spend(store, later, "USD").in_flight, 2400, "still counted");
+    assert!(
+        store.begin_update("c1", later, DAY, DAY).unwrap().is_err(),
+        "still claimed"
+    );
+    // The retry's own refusal releases.
+    store
+        .settle_permit(&second, &Settlement::Released, later)
+        .unwrap();
+    assert_eq!(spend(store, later, "USD"), WindowSpend::default());
+}
+
+fn a_reconciliation_release_stays_revisited_after_later_attempts(kind: Kind) {
+    let Some(fx) = Fixture::open(kind) else {
+        return;
+    };
+    let store = &fx.store;
+    gate_with(
+        store,
+        "c1",
+        "k1",
+        "USD",
+        2400,
+        NOW,
+        forward("USD", 2400, None),
+    )
+    .unwrap();
+    store
+        .settle(
+            "c1",
+            "k1",
+            &Settlement::Released,
+            ReleasedBy::Reconcile,
+            NOW,
+        )
+        .unwrap();
+    gate_with(
+        store,
+        "c1",
+        "k2",
+        "USD",
+        2400,
+        NOW,
+        forward("USD", 2400, None),
+    )
+    .unwrap();
+    store
+        .settle("c1", "k2", &Settlement::Released, ReleasedBy::Shop, NOW)
+        .unwrap();
+    let revisit = store.released_by_reconcile(DAY, NOW).unwrap();
+    assert_eq!(
+        revisit.len(),
+        1,
+        "k1 may still land: the checkout is read again"
+    );
+    assert_eq!(revisit[0].idempotency_key, "k2");
+}
+
 macro_rules! both {
     ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
         mod sqlite {
@@ -1843,6 +1955,8 @@ both!(
     an_abandoned_claim_lapses_only_without_a_reservation,
     a_freeze_holds_until_its_own_signed_unfreeze,
     a_charge_in_another_currency_counts_there,
+    a_refusal_of_an_attempt_retried_since_releases_nothing,
+    a_reconciliation_release_stays_revisited_after_later_attempts,
     #[ignore = "slow (seeds a million rows); run with --ignored"]
     the_window_reads_only_buckets_at_1m_rows,
 );

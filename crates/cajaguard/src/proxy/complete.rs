@@ -23,7 +23,7 @@ use serde_json::value::RawValue;
 use super::checkout;
 use super::rawjson::RawObject;
 use super::{Answer, Proxy, Reply, ShopError, refusal, shop_failure};
-use crate::store::{AuditRecord, Claim, Conflict, Permit, ReleasedBy, StoreError};
+use crate::store::{AuditRecord, Claim, Conflict, Permit, StoreError};
 
 /// What the shop's answer to a forwarded payment comes to, before the fresh read a release needs.
 enum Heard {
@@ -240,8 +240,11 @@ impl Proxy {
                 Err(_) => Heard::Unknown,
             },
             Ok(Reply::Error(_)) => Heard::Refused,
-            // Anything after the request was written may have paid.
-            Err(e) if !e.outcome_unknown() => Heard::NotSent,
+            Err(e) if e.never_sent() => Heard::NotSent,
+            // An answer that is not a result (an HTTP 4xx, 401/403): a refusal, confirmed by a
+            // fresh read before anything is released.
+            Err(e) if !e.outcome_unknown() => Heard::Refused,
+            // Anything else after the request was written may have paid.
             Err(_) => Heard::Unknown,
         };
         let settlement = match heard {
@@ -288,13 +291,7 @@ impl Proxy {
         started: Instant,
     ) {
         let now = (self.clock)();
-        if let Err(e) = self.store.settle(
-            permit.checkout_id(),
-            permit.idempotency_key(),
-            settlement,
-            ReleasedBy::Shop,
-            now,
-        ) {
+        if let Err(e) = self.store.settle_permit(permit, settlement, now) {
             // The reservation and the claim stay: the spend still counts (fail closed).
             tracing::error!("settlement not recorded, the reservation stays: {e}");
         }
@@ -322,7 +319,7 @@ impl Proxy {
         if let Settlement::Completed(charge) = settlement
             && charge.differs()
         {
-            self.freeze_for(&format!(
+            self.audit_freeze(&format!(
                 "charged_differs on {}: {}",
                 super::audit_text(permit.checkout_id()),
                 charge.differs.join(", ")
@@ -330,14 +327,15 @@ impl Proxy {
         }
     }
 
-    /// Freezes payments because CajaGuard saw something a human must look at.
-    pub(super) fn freeze_for(&self, reason: &str) {
+    /// The audit record of the freeze a differing charge made (the store froze payments in the
+    /// settlement's own transaction).
+    pub(super) fn audit_freeze(&self, reason: &str) {
         let mut record = self.audit_record("cajaguard_freeze");
         record.verdict = "frozen".into();
         record.reason = "charged_differs".into();
         record.note = Some(reason.to_owned());
-        if let Err(e) = self.store.freeze(reason, (self.clock)(), &record) {
-            tracing::error!("payments could not be frozen after a differing charge: {e}");
+        if let Err(e) = self.store.audit(&record) {
+            tracing::error!("audit record not written: {e}");
         }
     }
 

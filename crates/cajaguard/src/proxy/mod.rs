@@ -34,7 +34,7 @@ use era::{Era, ResultKind};
 use jsonrpc::{Envelope, Line, Sink};
 use rawjson::RawObject;
 
-use crate::store::{ApprovalStatus, AuditRecord, Store};
+use crate::store::{ApprovalStatus, AuditRecord, Conflict, Store};
 
 /// The clock, injected so that tests decide what "now" is.
 pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
@@ -511,17 +511,38 @@ impl Proxy {
         params: &str,
         arguments: &serde_json::Value,
     ) -> Answer {
-        let Some(checkout_id) = arguments.get("id").and_then(|v| v.as_str()) else {
-            // Names no checkout: the shop refuses it without changing one.
-            return self.forward(id, params);
+        // The id names the checkout the lease keeps payments off: any other shape could reach a
+        // lenient shop as that checkout while no lease covers it.
+        let checkout_id = match arguments.get("id").and_then(|v| v.as_str()) {
+            Some(checkout_id) if cajaguard_core::request::is_plain_id(checkout_id) => checkout_id,
+            _ => {
+                let ruling = Ruling::new(
+                    Reason::BadRequest,
+                    format!(
+                        "{tool} needs `id`, the checkout id, as a non-empty string without spaces or control characters"
+                    ),
+                );
+                self.audit_refusal(tool, &ruling);
+                return refusal(&ruling);
+            }
         };
-        let lasts = self.stale_after();
-        let lease = match self.store.begin_update(
-            checkout_id,
-            (self.clock)(),
-            lasts,
-            self.stale_after(),
-        ) {
+        // Longer than the call can take: a wait for the connection, a new handshake, one resend.
+        let lasts = self.shop.timeout().saturating_mul(4);
+        let mut leased =
+            self.store
+                .begin_update(checkout_id, (self.clock)(), lasts, self.stale_after());
+        if let Ok(Err(Conflict::PaymentInFlight)) = &leased {
+            // The payment's outcome may be known by now (completed, or stale and open).
+            let agent = arguments
+                .pointer("/meta/ucp-agent")
+                .cloned()
+                .unwrap_or(serde_json::Value::Null);
+            self.reconcile_checkout(checkout_id, &agent);
+            leased =
+                self.store
+                    .begin_update(checkout_id, (self.clock)(), lasts, self.stale_after());
+        }
+        let lease = match leased {
             Ok(Ok(lease)) => lease,
             Ok(Err(_)) => {
                 let ruling = Ruling::new(

@@ -171,7 +171,7 @@ impl Proxy {
             .as_ref()
             .and_then(|checkout| settle::order_to_ask(checkout).map(str::to_owned))
             .and_then(|order_id| self.order_total(agent, &order_id));
-        let settlement = settle::reconcile(result, order_total, row.total);
+        let settlement = settle::reconcile(result, order_total, row.total, &row.currency);
         let applies = match settlement {
             Settlement::Completed(_) => true,
             Settlement::Released => may_release,
@@ -219,7 +219,7 @@ impl Proxy {
         if let Settlement::Completed(charge) = &settlement
             && charge.differs()
         {
-            self.freeze_for(&format!(
+            self.audit_freeze(&format!(
                 "charged_differs on {}: the shop charged more than reserved",
                 super::audit_text(&row.checkout_id)
             ));

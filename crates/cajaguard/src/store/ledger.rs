@@ -97,7 +97,9 @@ pub(super) fn reserve(
             r.total, r.checkout_id
         )));
     }
+    let mut r = *r;
     if let Some(old) = tx.ledger_row(r.checkout_id)? {
+        r.revisit = old.revisit;
         match old.state {
             State::Settled => {
                 return Err(StoreError::Inconsistent(format!(
@@ -110,7 +112,7 @@ pub(super) fn reserve(
         }
     }
     let hour = hour_of(now);
-    tx.put_reservation(r, hour, micros(now))?;
+    tx.put_reservation(&r, hour, micros(now))?;
     tx.bump(r.currency, hour, 0, r.total)
 }
 
@@ -135,12 +137,19 @@ pub(super) fn check_retry(
 
 /// Ends the checkout's reservation as `settlement` says, and with it the checkout's claim
 /// (SPEC §4 step 3a: a claim lasts until the payment settles; an unknown outcome keeps both).
+///
+/// `forwarded_at`: when the caller's own attempt was forwarded. A release applies only if the
+/// row was last forwarded then: a retry forwarded since (the same payment, still at the shop) makes
+/// this attempt's refusal say nothing, and the reservation stays. A completion that differs from
+/// the quote freezes payments in the same transaction.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn settle(
     tx: &mut dyn Tx,
     checkout_id: &str,
     idempotency_key: &str,
     settlement: &Settlement,
     released_by: ReleasedBy,
+    forwarded_at: Option<OffsetDateTime>,
     now: OffsetDateTime,
 ) -> Result<(), StoreError> {
     tx.lock_checkout(checkout_id)?;
@@ -157,6 +166,26 @@ pub(super) fn settle(
             "settling an attempt that is no longer the checkout's latest; ignored"
         );
         return Ok(());
+    }
+    if *settlement == Settlement::Released
+        && forwarded_at.is_some_and(|at| micros(at) != row.reserved_at_us)
+    {
+        tracing::warn!(
+            checkout_id,
+            "a refused attempt was retried since; the reservation stays until the retry's outcome is known"
+        );
+        return Ok(());
+    }
+    if let Settlement::Completed(charge) = settlement
+        && charge.differs()
+        && row.state != State::Settled
+    {
+        let reason = format!(
+            "charged_differs on {}: {}",
+            super::shown_id(checkout_id),
+            charge.differs.join(", ")
+        );
+        tx.freeze_put(micros(now), &reason)?;
     }
     match (settlement, row.state) {
         (Settlement::Unknown, _) => return Ok(()),

@@ -263,6 +263,8 @@ pub struct Permit {
     checkout_id: String,
     idempotency_key: String,
     retry: bool,
+    /// The ledger row's time of this forward (the reservation's, or the retry's touch).
+    forwarded_at: OffsetDateTime,
 }
 
 impl Permit {
@@ -472,6 +474,7 @@ impl Store {
                             currency,
                             total: *total,
                             digest: &digest_hex,
+                            revisit: false,
                         },
                         now,
                     )?;
@@ -518,6 +521,7 @@ impl Store {
                 checkout_id: request.checkout_id.clone(),
                 idempotency_key: request.idempotency_key.clone(),
                 retry: matches!(outcome.effect, Effect::Retry),
+                forwarded_at: now,
             }),
             Effect::Refuse { .. } => None,
         };
@@ -640,6 +644,7 @@ impl Store {
     /// never released.
     ///
     /// A completion or release ends the checkout's claim with it; `released_by` says who released.
+    /// A completion that differs from its quote freezes payments in the same transaction.
     pub fn settle(
         &self,
         checkout_id: &str,
@@ -658,6 +663,31 @@ impl Store {
                 idempotency_key,
                 settlement,
                 released_by,
+                None,
+                now,
+            )
+        })
+    }
+
+    /// Settles the attempt `permit` forwarded (see [`Store::settle`]); a release applies only if
+    /// no retry of the same payment was forwarded since.
+    pub fn settle_permit(
+        &self,
+        permit: &Permit,
+        settlement: &Settlement,
+        now: OffsetDateTime,
+    ) -> Result<(), StoreError> {
+        if *settlement == Settlement::Unknown {
+            return Ok(());
+        }
+        self.write(&mut |tx| {
+            ledger::settle(
+                tx,
+                &permit.checkout_id,
+                &permit.idempotency_key,
+                settlement,
+                ReleasedBy::Shop,
+                Some(permit.forwarded_at),
                 now,
             )
         })
@@ -762,6 +792,11 @@ impl Store {
             Backend::Postgres(db) => db.explain_window_query(from_hour),
         }
     }
+}
+
+/// A checkout id as the freeze reason shows it (agent text: bounded, no control characters).
+fn shown_id(id: &str) -> String {
+    id.chars().filter(|c| !c.is_control()).take(128).collect()
 }
 
 fn micros(at: OffsetDateTime) -> i64 {

@@ -41,9 +41,15 @@ pub(super) struct LedgerRow {
     pub hour: i64,
     /// Hex request digest of the reserved attempt (`None` on rows from schema version 1).
     pub digest: Option<String>,
+    /// When the attempt was last forwarded (the reservation, or a retry of it), µs.
+    pub reserved_at_us: i64,
+    /// Reconciliation once released an attempt of this checkout as stale: it is read again
+    /// within the window, whatever later attempts did, in case that attempt landed late.
+    pub revisit: bool,
 }
 
 /// A reservation the gate asked for.
+#[derive(Clone, Copy)]
 pub(super) struct Reservation<'a> {
     pub checkout_id: &'a str,
     pub idempotency_key: &'a str,
@@ -51,6 +57,8 @@ pub(super) struct Reservation<'a> {
     pub currency: &'a str,
     pub total: i64,
     pub digest: &'a str,
+    /// Keep the checkout's revisit mark (see [`LedgerRow::revisit`]).
+    pub revisit: bool,
 }
 
 /// A checkout's claim row (SPEC §4 step 3a).
@@ -147,7 +155,7 @@ pub(super) trait Tx {
 
     /// The freeze in force: (frozen at, reason).
     fn frozen(&mut self) -> Result<Option<(i64, String)>, StoreError>;
-    /// Freezes unless already frozen (the first freeze and its reason stay).
+    /// Freezes; already frozen, the first time stays and the reason is added to the first's.
     fn freeze_put(&mut self, at_us: i64, reason: &str) -> Result<(), StoreError>;
     fn freeze_delete(&mut self) -> Result<(), StoreError>;
     /// Moves the reservation's time to a retry's: reconciliation measures staleness from the last

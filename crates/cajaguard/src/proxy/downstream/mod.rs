@@ -113,6 +113,20 @@ impl ShopError {
         }
     }
 
+    /// Failures that happened before the request could be written: the shop cannot have acted.
+    /// (An HTTP status, even a 4xx, is the shop's answer: it is read as a refusal to be confirmed.)
+    pub fn never_sent(&self) -> bool {
+        matches!(
+            self,
+            ShopError::Spawn { .. }
+                | ShopError::NotFound(_)
+                | ShopError::MissingToken(_)
+                | ShopError::BadToken(_)
+                | ShopError::Unreachable { .. }
+                | ShopError::SessionExpired
+        )
+    }
+
     /// Failures after which the connection is not trusted again: the next call reconnects.
     fn drops_connection(&self) -> bool {
         matches!(

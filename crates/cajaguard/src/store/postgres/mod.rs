@@ -449,7 +449,8 @@ impl Tx for PgTx<'_, '_> {
 
     fn ledger_row(&mut self, checkout_id: &str) -> Result<Option<LedgerRow>, StoreError> {
         let Some(row) = self.query_opt(
-            "SELECT idempotency_key, currency, reserved, charged, state, hour, digest FROM ledger
+            "SELECT idempotency_key, currency, reserved, charged, state, hour, digest, reserved_at,
+                    COALESCE(released_by = 'reconcile', FALSE) FROM ledger
              WHERE checkout_id = $1 FOR UPDATE",
             &[&checkout_id],
         )?
@@ -465,6 +466,8 @@ impl Tx for PgTx<'_, '_> {
             state: State::parse(&state)?,
             hour: self.get(&row, 5)?,
             digest: self.get(&row, 6)?,
+            reserved_at_us: self.get(&row, 7)?,
+            revisit: self.get(&row, 8)?,
         }))
     }
 
@@ -493,12 +496,13 @@ impl Tx for PgTx<'_, '_> {
         self.execute(
             "INSERT INTO ledger
                  (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at, digest, released_by)
-             VALUES ($1, $2, $3, $4, $5, NULL, 'in_flight', $6, $7, NULL, $8, NULL)
+             VALUES ($1, $2, $3, $4, $5, NULL, 'in_flight', $6, $7, NULL, $8,
+                     CASE WHEN $9 THEN 'reconcile' END)
              ON CONFLICT (checkout_id) DO UPDATE SET
                  idempotency_key = excluded.idempotency_key, merchant = excluded.merchant,
                  currency = excluded.currency, reserved = excluded.reserved, charged = NULL,
                  state = 'in_flight', hour = excluded.hour, reserved_at = excluded.reserved_at,
-                 settled_at = NULL, digest = excluded.digest, released_by = NULL",
+                 settled_at = NULL, digest = excluded.digest, released_by = excluded.released_by",
             &[
                 &r.checkout_id,
                 &r.idempotency_key,
@@ -508,6 +512,7 @@ impl Tx for PgTx<'_, '_> {
                 &hour,
                 &at_us,
                 &r.digest,
+                &r.revisit,
             ],
         )?;
         Ok(())
@@ -534,7 +539,9 @@ impl Tx for PgTx<'_, '_> {
         by: ReleasedBy,
     ) -> Result<(), StoreError> {
         self.execute(
-            "UPDATE ledger SET state = 'released', settled_at = $2, released_by = $3 WHERE checkout_id = $1",
+            "UPDATE ledger SET state = 'released', settled_at = $2,
+                 released_by = CASE WHEN released_by = 'reconcile' THEN 'reconcile' ELSE $3 END
+             WHERE checkout_id = $1",
             &[&checkout_id, &at_us, &by.as_str()],
         )?;
         Ok(())
@@ -648,7 +655,8 @@ impl Tx for PgTx<'_, '_> {
 
     fn freeze_put(&mut self, at_us: i64, reason: &str) -> Result<(), StoreError> {
         self.execute(
-            "INSERT INTO payment_freeze (id, frozen_at, reason) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING",
+            "INSERT INTO payment_freeze (id, frozen_at, reason) VALUES (1, $1, $2)
+             ON CONFLICT (id) DO UPDATE SET reason = substr(payment_freeze.reason || '; ' || excluded.reason, 1, 2000)",
             &[&at_us, &reason],
         )?;
         Ok(())

@@ -168,7 +168,8 @@ impl Tx for SqliteTx<'_> {
         let raw = self
             .conn
             .prepare_cached(
-                "SELECT idempotency_key, currency, reserved, charged, state, hour, digest FROM ledger WHERE checkout_id = ?1",
+                "SELECT idempotency_key, currency, reserved, charged, state, hour, digest, reserved_at,
+                        released_by = 'reconcile' FROM ledger WHERE checkout_id = ?1",
             )?
             .query_row([checkout_id], |r| {
                 Ok((
@@ -179,11 +180,13 @@ impl Tx for SqliteTx<'_> {
                     r.get::<_, String>(4)?,
                     r.get::<_, i64>(5)?,
                     r.get::<_, Option<String>>(6)?,
+                    r.get::<_, i64>(7)?,
+                    r.get::<_, Option<bool>>(8)?,
                 ))
             })
             .optional()?;
         raw.map(
-            |(idempotency_key, currency, reserved, charged, state, hour, digest)| {
+            |(idempotency_key, currency, reserved, charged, state, hour, digest, at, revisit)| {
                 Ok(LedgerRow {
                     idempotency_key,
                     currency,
@@ -192,6 +195,8 @@ impl Tx for SqliteTx<'_> {
                     state: State::parse(&state)?,
                     hour,
                     digest,
+                    reserved_at_us: at,
+                    revisit: revisit.unwrap_or(false),
                 })
             },
         )
@@ -225,9 +230,10 @@ impl Tx for SqliteTx<'_> {
             .prepare_cached(
                 "INSERT OR REPLACE INTO ledger
                      (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at, digest, released_by)
-                 VALUES (?1, ?2, ?3, ?4, ?5, NULL, 'in_flight', ?6, ?7, NULL, ?8, NULL)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, NULL, 'in_flight', ?6, ?7, NULL, ?8,
+                         CASE WHEN ?9 THEN 'reconcile' END)",
             )?
-            .execute(params![r.checkout_id, r.idempotency_key, r.merchant, r.currency, r.total, hour, at_us, r.digest])?;
+            .execute(params![r.checkout_id, r.idempotency_key, r.merchant, r.currency, r.total, hour, at_us, r.digest, r.revisit])?;
         Ok(())
     }
 
@@ -254,7 +260,9 @@ impl Tx for SqliteTx<'_> {
     ) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(
-                "UPDATE ledger SET state = 'released', settled_at = ?2, released_by = ?3 WHERE checkout_id = ?1",
+                "UPDATE ledger SET state = 'released', settled_at = ?2,
+                     released_by = CASE WHEN released_by = 'reconcile' THEN 'reconcile' ELSE ?3 END
+                 WHERE checkout_id = ?1",
             )?
             .execute(params![checkout_id, at_us, by.as_str()])?;
         Ok(())
@@ -353,7 +361,8 @@ impl Tx for SqliteTx<'_> {
     fn freeze_put(&mut self, at_us: i64, reason: &str) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(
-                "INSERT INTO payment_freeze (id, frozen_at, reason) VALUES (1, ?1, ?2) ON CONFLICT (id) DO NOTHING",
+                "INSERT INTO payment_freeze (id, frozen_at, reason) VALUES (1, ?1, ?2)
+                 ON CONFLICT (id) DO UPDATE SET reason = substr(reason || '; ' || excluded.reason, 1, 2000)",
             )?
             .execute(params![at_us, reason])?;
         Ok(())
