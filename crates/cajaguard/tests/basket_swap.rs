@@ -508,6 +508,9 @@ fn a_stale_release_is_revisited_and_counted_when_the_checkout_later_completes() 
         (2400, 0),
         "the late charge is counted at the next reconciliation"
     );
+    // Reconciliation read the checkout as the paying agent, not under a profile of its own.
+    let lines = world.test_shop_lines().join("\n");
+    assert!(!lines.contains("cajaguard.invalid"), "{lines}");
 }
 
 /// The digest sees the product, not only the line and its price: an approval for 1 x Day pack at

@@ -93,7 +93,10 @@ impl Proxy {
             if !released && !stale {
                 young.push(row.clone());
             }
-            let agent = serde_json::json!({ "profile": RECONCILER_PROFILE });
+            // As the paying agent: a shop may refuse a profile it does not know.
+            let agent = serde_json::json!({
+                "profile": row.agent_profile.as_deref().unwrap_or(RECONCILER_PROFILE)
+            });
             let params = checkout::get_checkout_params(&agent, &row.checkout_id);
             let result = match self.shop.request("tools/call", Some(&params), &mut |_| {}) {
                 Ok(Reply::Result(raw)) => serde_json::from_str::<Value>(raw.get()).ok(),

@@ -236,6 +236,8 @@ pub struct InFlight {
     pub total: i64,
     /// When the payment was last forwarded: the reservation, or a later retry of it.
     pub reserved_at: OffsetDateTime,
+    /// The paying agent's UCP profile (`None` on rows from schema version 1).
+    pub agent_profile: Option<String>,
 }
 
 /// A payment's claim on its checkout (SPEC §4 step 3a), made by [`Store::claim`] and handed to
@@ -475,6 +477,7 @@ impl Store {
                             total: *total,
                             digest: &digest_hex,
                             revisit: false,
+                            agent_profile: &request.agent_profile,
                         },
                         now,
                     )?;

@@ -59,6 +59,8 @@ pub(super) struct Reservation<'a> {
     pub digest: &'a str,
     /// Keep the checkout's revisit mark (see [`LedgerRow::revisit`]).
     pub revisit: bool,
+    /// The paying agent's `meta.ucp-agent.profile`.
+    pub agent_profile: &'a str,
 }
 
 /// A checkout's claim row (SPEC §4 step 3a).

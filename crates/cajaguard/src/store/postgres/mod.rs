@@ -419,6 +419,28 @@ impl PgTx<'_, '_> {
             .map_err(|e| pg_err(self.target, e))
     }
 
+    /// Ledger rows as [`InFlight`], from a query selecting checkout id, idempotency key,
+    /// currency, reserved, reserved at and the agent's profile.
+    fn in_flight_rows(
+        &mut self,
+        sql: &'static str,
+        params: &Params<'_>,
+    ) -> Result<Vec<InFlight>, StoreError> {
+        let rows = self.query(sql, params)?;
+        rows.iter()
+            .map(|row| {
+                Ok(InFlight {
+                    checkout_id: self.get(row, 0)?,
+                    idempotency_key: self.get(row, 1)?,
+                    currency: self.get(row, 2)?,
+                    total: self.get(row, 3)?,
+                    reserved_at: from_micros(self.get(row, 4)?, "a ledger row's reserved_at")?,
+                    agent_profile: self.get(row, 5)?,
+                })
+            })
+            .collect()
+    }
+
     fn get<'r, T: postgres::types::FromSql<'r>>(
         &self,
         row: &'r postgres::Row,
@@ -495,14 +517,15 @@ impl Tx for PgTx<'_, '_> {
     ) -> Result<(), StoreError> {
         self.execute(
             "INSERT INTO ledger
-                 (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at, digest, released_by)
+                 (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at, digest, released_by, agent_profile)
              VALUES ($1, $2, $3, $4, $5, NULL, 'in_flight', $6, $7, NULL, $8,
-                     CASE WHEN $9 THEN 'reconcile' END)
+                     CASE WHEN $9 THEN 'reconcile' END, $10)
              ON CONFLICT (checkout_id) DO UPDATE SET
                  idempotency_key = excluded.idempotency_key, merchant = excluded.merchant,
                  currency = excluded.currency, reserved = excluded.reserved, charged = NULL,
                  state = 'in_flight', hour = excluded.hour, reserved_at = excluded.reserved_at,
-                 settled_at = NULL, digest = excluded.digest, released_by = excluded.released_by",
+                 settled_at = NULL, digest = excluded.digest, released_by = excluded.released_by,
+                 agent_profile = excluded.agent_profile",
             &[
                 &r.checkout_id,
                 &r.idempotency_key,
@@ -513,6 +536,7 @@ impl Tx for PgTx<'_, '_> {
                 &at_us,
                 &r.digest,
                 &r.revisit,
+                &r.agent_profile,
             ],
         )?;
         Ok(())
@@ -548,23 +572,12 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn released_by_reconcile(&mut self, from_us: i64) -> Result<Vec<InFlight>, StoreError> {
-        let rows = self.query(
-            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at FROM ledger
+        self.in_flight_rows(
+            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
              WHERE state = 'released' AND released_by = 'reconcile' AND reserved_at >= $1
              ORDER BY reserved_at",
             &[&from_us],
-        )?;
-        rows.iter()
-            .map(|row| {
-                Ok(InFlight {
-                    checkout_id: self.get(row, 0)?,
-                    idempotency_key: self.get(row, 1)?,
-                    currency: self.get(row, 2)?,
-                    total: self.get(row, 3)?,
-                    reserved_at: from_micros(self.get(row, 4)?, "a ledger row's reserved_at")?,
-                })
-            })
-            .collect()
+        )
     }
 
     fn lock_checkout(&mut self, checkout_id: &str) -> Result<(), StoreError> {
@@ -698,41 +711,21 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn in_flight_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError> {
-        let rows = self.query(
-            "SELECT idempotency_key, currency, reserved, reserved_at FROM ledger
-             WHERE checkout_id = $1 AND state = 'in_flight'",
-            &[&checkout_id],
-        )?;
-        rows.first()
-            .map(|row| {
-                Ok(InFlight {
-                    checkout_id: checkout_id.to_owned(),
-                    idempotency_key: self.get(row, 0)?,
-                    currency: self.get(row, 1)?,
-                    total: self.get(row, 2)?,
-                    reserved_at: from_micros(self.get(row, 3)?, "a ledger row's reserved_at")?,
-                })
-            })
-            .transpose()
+        Ok(self
+            .in_flight_rows(
+                "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
+                 WHERE checkout_id = $1 AND state = 'in_flight'",
+                &[&checkout_id],
+            )?
+            .pop())
     }
 
     fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError> {
-        let rows = self.query(
-            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at FROM ledger
+        self.in_flight_rows(
+            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
              WHERE state = 'in_flight' ORDER BY reserved_at",
             &[],
-        )?;
-        rows.iter()
-            .map(|row| {
-                Ok(InFlight {
-                    checkout_id: self.get(row, 0)?,
-                    idempotency_key: self.get(row, 1)?,
-                    currency: self.get(row, 2)?,
-                    total: self.get(row, 3)?,
-                    reserved_at: from_micros(self.get(row, 4)?, "a ledger row's reserved_at")?,
-                })
-            })
-            .collect()
+        )
     }
 
     fn approval_documents(&mut self, id: &RequestId) -> Result<Vec<ApprovalDocument>, StoreError> {

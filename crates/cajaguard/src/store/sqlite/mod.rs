@@ -120,7 +120,7 @@ struct SqliteTx<'a> {
 
 impl SqliteTx<'_> {
     /// Ledger rows as [`InFlight`], from a query selecting checkout id, idempotency key,
-    /// currency, reserved and reserved at.
+    /// currency, reserved, reserved at and the agent's profile.
     fn in_flight_rows(
         &self,
         sql: &str,
@@ -134,17 +134,19 @@ impl SqliteTx<'_> {
                 r.get::<_, String>(2)?,
                 r.get::<_, i64>(3)?,
                 r.get::<_, i64>(4)?,
+                r.get::<_, Option<String>>(5)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (checkout_id, idempotency_key, currency, total, reserved_at) = row?;
+            let (checkout_id, idempotency_key, currency, total, reserved_at, agent_profile) = row?;
             out.push(InFlight {
                 checkout_id,
                 idempotency_key,
                 currency,
                 total,
                 reserved_at: from_micros(reserved_at, "a ledger row's reserved_at")?,
+                agent_profile,
             });
         }
         Ok(out)
@@ -229,11 +231,11 @@ impl Tx for SqliteTx<'_> {
         self.conn
             .prepare_cached(
                 "INSERT OR REPLACE INTO ledger
-                     (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at, digest, released_by)
+                     (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at, digest, released_by, agent_profile)
                  VALUES (?1, ?2, ?3, ?4, ?5, NULL, 'in_flight', ?6, ?7, NULL, ?8,
-                         CASE WHEN ?9 THEN 'reconcile' END)",
+                         CASE WHEN ?9 THEN 'reconcile' END, ?10)",
             )?
-            .execute(params![r.checkout_id, r.idempotency_key, r.merchant, r.currency, r.total, hour, at_us, r.digest, r.revisit])?;
+            .execute(params![r.checkout_id, r.idempotency_key, r.merchant, r.currency, r.total, hour, at_us, r.digest, r.revisit, r.agent_profile])?;
         Ok(())
     }
 
@@ -270,7 +272,7 @@ impl Tx for SqliteTx<'_> {
 
     fn released_by_reconcile(&mut self, from_us: i64) -> Result<Vec<InFlight>, StoreError> {
         self.in_flight_rows(
-            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at FROM ledger
+            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
              WHERE state = 'released' AND released_by = 'reconcile' AND reserved_at >= ?1
              ORDER BY reserved_at",
             &[&from_us],
@@ -407,36 +409,18 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn in_flight_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError> {
-        let row = self
-            .conn
-            .prepare_cached(
-                "SELECT idempotency_key, currency, reserved, reserved_at FROM ledger
+        Ok(self
+            .in_flight_rows(
+                "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
                  WHERE checkout_id = ?1 AND state = 'in_flight'",
+                &[&checkout_id],
             )?
-            .query_row(params![checkout_id], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, i64>(3)?,
-                ))
-            })
-            .optional()?;
-        row.map(|(idempotency_key, currency, total, reserved_at)| {
-            Ok(InFlight {
-                checkout_id: checkout_id.to_owned(),
-                idempotency_key,
-                currency,
-                total,
-                reserved_at: from_micros(reserved_at, "a ledger row's reserved_at")?,
-            })
-        })
-        .transpose()
+            .pop())
     }
 
     fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError> {
         self.in_flight_rows(
-            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at FROM ledger
+            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
              WHERE state = 'in_flight' ORDER BY reserved_at",
             &[],
         )

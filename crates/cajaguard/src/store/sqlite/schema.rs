@@ -112,6 +112,7 @@ CREATE TABLE audit (
 const SCHEMA_V2: &str = "
 ALTER TABLE ledger ADD COLUMN digest TEXT;
 ALTER TABLE ledger ADD COLUMN released_by TEXT;
+ALTER TABLE ledger ADD COLUMN agent_profile TEXT;
 CREATE TABLE claims (
     checkout_id     TEXT PRIMARY KEY,
     idempotency_key TEXT NOT NULL,

@@ -6,6 +6,9 @@ ALTER TABLE ledger ADD COLUMN digest TEXT;
 -- 'shop' (the shop's explicit word) or 'reconcile' (a stale attempt whose checkout read open):
 -- reconciliation revisits the latter within the window in case the checkout later completes.
 ALTER TABLE ledger ADD COLUMN released_by TEXT;
+-- The paying agent's UCP profile: reconciliation reads the checkout back as that agent, since a
+-- shop may refuse a profile it does not know.
+ALTER TABLE ledger ADD COLUMN agent_profile TEXT;
 
 -- A checkout being paid: from before the gate reads it back until the payment settles. While a
 -- row is here, updates, cancels and other completes of that checkout are refused on every host.
