@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use serde_json::{Value, json};
 
-use crate::scenarios::{Ctx, approve, attempt, yes_no};
+use crate::scenarios::{Ctx, approve_blocked, attempt, yes_no};
 use crate::world::{self, Mcp, Options, Shop, instrument, uuid, verdict};
 
 fn wide_window() -> Value {
@@ -114,11 +114,7 @@ pub fn retry_with_another_basket(ctx: &Ctx) -> Result<(String, bool)> {
             json!({}),
         )
     };
-    let blocked = pay(&mut mcp)?;
-    let request_id = verdict(&blocked)
-        .2
-        .ok_or_else(|| anyhow!("not blocked: {:?}", verdict(&blocked)))?;
-    approve(&world, &request_id, &[])?;
+    approve_blocked(&world, &pay(&mut mcp)?)?;
     let first = pay(&mut mcp)?;
     let (retry, reached) = attempt(&world, checkout, || pay(&mut mcp))?;
     let (v, r, _) = verdict(&retry);
@@ -159,11 +155,7 @@ pub fn same_price_product_swap(ctx: &Ctx) -> Result<(String, bool)> {
         )
     };
     let mut mcp = world.proxy()?;
-    let blocked = pay(&mut mcp)?;
-    let approved_id = verdict(&blocked)
-        .2
-        .ok_or_else(|| anyhow!("not blocked: {:?}", verdict(&blocked)))?;
-    approve(&world, &approved_id, &[])?;
+    let approved_id = approve_blocked(&world, &pay(&mut mcp)?)?;
     drop(mcp);
     let tent = world::shop_checkout("Tent footprint", 8900, 1, "ready_for_complete");
     world.rewrite_script(&world::test_shop_script(

@@ -483,6 +483,15 @@ fn blocked_day_pack(world: &World, mcp: &mut Mcp) -> Result<(String, String, Val
     Ok((checkout, total, result, reached, request_id))
 }
 
+/// Approves the request a blocked payment named (`cajaguard approve --yes`); its id.
+pub(crate) fn approve_blocked(world: &World, blocked: &Value) -> Result<String> {
+    let request_id = verdict(blocked)
+        .2
+        .ok_or_else(|| anyhow!("the payment was not blocked: {:?}", verdict(blocked)))?;
+    approve(world, &request_id, &[])?;
+    Ok(request_id)
+}
+
 pub(crate) fn approve(world: &World, request_id: &str, extra: &[&str]) -> Result<()> {
     let mut args = vec!["approve", request_id, "--yes"];
     args.extend_from_slice(extra);
@@ -777,11 +786,7 @@ fn retry_after_lost_answer(ctx: &Ctx) -> Result<(String, bool)> {
             json!({}),
         )
     };
-    let blocked = pay(&mut mcp)?;
-    let request_id = verdict(&blocked)
-        .2
-        .ok_or_else(|| anyhow!("the day pack was not blocked: {:?}", verdict(&blocked)))?;
-    approve(&world, &request_id, &[])?;
+    approve_blocked(&world, &pay(&mut mcp)?)?;
     let started = Instant::now();
     let (first, first_reached) = attempt(&world, checkout, || pay(&mut mcp))?;
     let waited = started.elapsed();

@@ -712,20 +712,7 @@ fn uuid_tag() -> Result<String> {
 }
 
 fn audit_record(now: OffsetDateTime) -> AuditRecord {
-    AuditRecord {
-        at: now,
-        tool: "complete_checkout".to_owned(),
-        verdict: String::new(),
-        reason: String::new(),
-        merchant: None,
-        currency: None,
-        total: None,
-        request_id: None,
-        idempotency_key: None,
-        checkout_id: None,
-        latency: Duration::ZERO,
-        note: None,
-    }
+    AuditRecord::new(now, "complete_checkout")
 }
 
 /// `rows` settled checkouts over the 90 days before `now`, and their hourly buckets, straight

@@ -197,20 +197,7 @@ fn bench_gate(
                 .claim(&request.checkout_id, &request.idempotency_key, now, DAY)
                 .unwrap()
                 .unwrap();
-            let audit = AuditRecord {
-                at: now,
-                tool: "complete_checkout".to_owned(),
-                verdict: String::new(),
-                reason: String::new(),
-                merchant: None,
-                currency: None,
-                total: None,
-                request_id: None,
-                idempotency_key: None,
-                checkout_id: None,
-                latency: Duration::ZERO,
-                note: None,
-            };
+            let audit = AuditRecord::new(now, "complete_checkout");
             let outcome = store
                 .gate(
                     &claim,

@@ -64,20 +64,7 @@ fn policy(dir: &Path) -> Policy {
 }
 
 fn record() -> AuditRecord {
-    AuditRecord {
-        at: time::OffsetDateTime::now_utc(),
-        tool: "complete_checkout".into(),
-        verdict: String::new(),
-        reason: String::new(),
-        merchant: None,
-        currency: None,
-        total: None,
-        request_id: None,
-        idempotency_key: None,
-        checkout_id: None,
-        latency: Duration::ZERO,
-        note: None,
-    }
+    AuditRecord::new(time::OffsetDateTime::now_utc(), "complete_checkout")
 }
 
 /// One worker: `n` purchases on fresh checkouts, each decided by the real `decide` inside

@@ -21,23 +21,7 @@ fn sixteen_processes_started_at_once_on_a_fresh_home_all_initialize() {
         let mut proxies: Vec<Mcp> = (0..PROCESSES)
             .map(|_| world.proxy_uninitialized())
             .collect();
-        let ids: Vec<u64> = proxies
-            .iter_mut()
-            .map(|mcp| {
-                mcp.send_request(
-                    "initialize",
-                    json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "startup", "version": "0"}}),
-                )
-            })
-            .collect();
-        for (i, (mcp, id)) in proxies.iter_mut().zip(ids).enumerate() {
-            // A process that exited instead panics here ("the proxy closed its output").
-            let answer = mcp.answer_to(id);
-            assert!(
-                answer.get("result").is_some(),
-                "round {round}, process {i}: {answer}"
-            );
-        }
+        initialize_all(&mut proxies, round);
         // And each serves a call that reads the store.
         for (i, mcp) in proxies.iter_mut().enumerate() {
             let status = mcp.call("cajaguard_status", json!({}));
@@ -46,6 +30,27 @@ fn sixteen_processes_started_at_once_on_a_fresh_home_all_initialize() {
                 "round {round}, process {i}: {status}"
             );
         }
+    }
+}
+
+/// Sends `initialize` to every process before reading any answer (their store openings overlap),
+/// then checks each answered; a process that exited instead panics ("the proxy closed its output").
+fn initialize_all(proxies: &mut [Mcp], round: usize) {
+    let ids: Vec<u64> = proxies
+        .iter_mut()
+        .map(|mcp| {
+            mcp.send_request(
+                "initialize",
+                json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "startup", "version": "0"}}),
+            )
+        })
+        .collect();
+    for (i, (mcp, id)) in proxies.iter_mut().zip(ids).enumerate() {
+        let answer = mcp.answer_to(id);
+        assert!(
+            answer.get("result").is_some(),
+            "round {round}, process {i}: {answer}"
+        );
     }
 }
 
@@ -78,27 +83,19 @@ fn sixteen_hosts_started_at_once_on_a_fresh_postgres_schema_all_initialize() {
             })
             .collect();
         let mut proxies: Vec<Mcp> = hosts.iter().map(Host::proxy_uninitialized).collect();
-        let ids: Vec<u64> = proxies
-            .iter_mut()
-            .map(|mcp| {
-                mcp.send_request(
-                    "initialize",
-                    json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "startup", "version": "0"}}),
-                )
-            })
-            .collect();
-        for (i, (mcp, id)) in proxies.iter_mut().zip(ids).enumerate() {
-            let answer = mcp.answer_to(id);
-            assert!(
-                answer.get("result").is_some(),
-                "round {round}, host {i}: {answer}"
-            );
-        }
-        let applied: i64 = schema
+        initialize_all(&mut proxies, round);
+        let row = schema
             .client()
-            .query_one("SELECT COUNT(*) FROM schema_migrations", &[])
-            .unwrap()
-            .get(0);
-        assert_eq!(applied, 2, "round {round}: each migration applied once");
+            .query_one(
+                "SELECT COUNT(*), COUNT(DISTINCT version), MAX(version)::BIGINT FROM schema_migrations",
+                &[],
+            )
+            .unwrap();
+        let (applied, distinct, latest): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        assert_eq!(
+            (applied, distinct),
+            (latest, latest),
+            "round {round}: every migration applied, each once"
+        );
     }
 }

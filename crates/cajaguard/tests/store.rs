@@ -105,18 +105,8 @@ fn refuse(pending: Option<PendingRequest>) -> Outcome {
 
 fn record(now: OffsetDateTime) -> AuditRecord {
     AuditRecord {
-        at: now,
-        tool: "complete_checkout".to_owned(),
-        verdict: String::new(),
-        reason: String::new(),
-        merchant: None,
-        currency: None,
-        total: None,
-        request_id: None,
-        idempotency_key: None,
-        checkout_id: None,
         latency: Duration::from_micros(250),
-        note: None,
+        ..AuditRecord::new(now, "complete_checkout")
     }
 }
 

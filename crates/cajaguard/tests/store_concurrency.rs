@@ -65,20 +65,7 @@ fn claimed(store: &Store, checkout: &str) -> Claim {
 }
 
 fn record() -> AuditRecord {
-    AuditRecord {
-        at: NOW,
-        tool: "complete_checkout".to_owned(),
-        verdict: String::new(),
-        reason: String::new(),
-        merchant: None,
-        currency: None,
-        total: None,
-        request_id: None,
-        idempotency_key: None,
-        checkout_id: None,
-        latency: Duration::ZERO,
-        note: None,
-    }
+    AuditRecord::new(NOW, "complete_checkout")
 }
 
 fn forward(total: i64, nonce: Option<String>) -> Outcome {
