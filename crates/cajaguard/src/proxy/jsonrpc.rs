@@ -316,8 +316,9 @@ fn valid_id(id: &RawValue) -> bool {
     if raw.starts_with('"') {
         return true;
     }
-    let digits = raw.strip_prefix('-').unwrap_or(raw);
-    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+    // An integer the peer can read back as one: a 64-bit one. A longer run of digits is JSON, but
+    // most clients (and serde_json) would read it back as a float, so it is no id to answer with.
+    raw.parse::<i64>().is_ok() || raw.parse::<u64>().is_ok()
 }
 
 impl Envelope {
@@ -564,6 +565,26 @@ mod tests {
         assert_eq!(
             err(r#"{"jsonrpc":"2.0","method":"x","method":"y"}"#),
             (INVALID_REQUEST, None)
+        );
+        // Found by the fuzzer: an integer id past 64 bits is no id to answer with (a client would
+        // read it back as a float), so the error goes out with id null, and a request with one is
+        // invalid.
+        let huge = "1".repeat(80);
+        assert_eq!(
+            err(&format!(
+                r#"{{"jsonrpc":"1.0","id":{huge},"method":"ping"}}"#
+            )),
+            (INVALID_REQUEST, None)
+        );
+        assert_eq!(
+            err(&format!(
+                r#"{{"jsonrpc":"2.0","id":{huge},"method":"ping"}}"#
+            )),
+            (INVALID_REQUEST, None)
+        );
+        assert_eq!(
+            err(r#"{"jsonrpc":"1.0","id":18446744073709551615,"method":"ping"}"#),
+            (INVALID_REQUEST, Some("18446744073709551615".into()))
         );
         assert_eq!(err("42"), (INVALID_REQUEST, None));
         assert_eq!(err(r#"{"jsonrpc":"2.0"}"#), (INVALID_REQUEST, None));
