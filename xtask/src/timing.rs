@@ -15,13 +15,13 @@ use cajaguard::store::{AuditRecord, Store};
 use cajaguard_core::approval::{
     self, ApprovalDocument, ApprovalTerms, BasketDigest, Decision, SigningKey, TrustedKeys,
 };
-use cajaguard_core::gate::{
-    self, ApprovalCandidate, CheckoutLedger, Facts, LedgerView, Outcome, Reason, Verdict,
-};
+use cajaguard_core::effect::{ApprovalCandidate, CheckoutLedger, LedgerView, Outcome};
+use cajaguard_core::gate::{self, Facts};
 use cajaguard_core::policy::{ConfigOrigin, Policy};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::CompleteRequest;
 use cajaguard_core::tripwire;
+use cajaguard_core::verdict::{Reason, Verdict};
 use serde::Serialize;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -345,9 +345,9 @@ fn core_inputs() -> Result<CoreInputs> {
     let request = CompleteRequest::from_args(&json!({
         "meta": args["meta"].clone(), "id": args["id"].clone(), "checkout": {"payment": args["checkout"]["payment"].clone()}
     }))
-    .map_err(|r| anyhow!("bad request: {}", r.detail))?;
-    let small = Quote::from_shop(&checkout(8, 300)).map_err(|r| anyhow!("{}", r.detail))?; // USD 24.00
-    let big = Quote::from_shop(&checkout(8, 1100)).map_err(|r| anyhow!("{}", r.detail))?; // USD 88.00
+    .map_err(|r| anyhow!("bad request: {}", r.detail()))?;
+    let small = Quote::from_shop(&checkout(8, 300)).map_err(|r| anyhow!("{}", r.detail()))?; // USD 24.00
+    let big = Quote::from_shop(&checkout(8, 1100)).map_err(|r| anyhow!("{}", r.detail()))?; // USD 88.00
     let key = SigningKey::from_seed(&[7u8; 32]);
     let trusted = TrustedKeys(vec![key.public_key()]);
     let digest = BasketDigest::of(&big, &request.instruments);
@@ -409,11 +409,11 @@ fn core_rows(t: &mut Timing, sizes: Sizes) -> Result<()> {
         gate::decide(&c.policy, &facts)
     };
     let expect = |outcome: Outcome, verdict: Verdict, reason: Reason| -> Result<()> {
-        if outcome.ruling.verdict != verdict || outcome.ruling.reason != reason {
+        if outcome.ruling.verdict() != verdict || outcome.ruling.reason() != reason {
             bail!(
                 "decide gave {}/{}, expected {}/{}",
-                outcome.ruling.verdict.as_str(),
-                outcome.ruling.reason.as_str(),
+                outcome.ruling.verdict().as_str(),
+                outcome.ruling.reason().as_str(),
                 verdict.as_str(),
                 reason.as_str()
             );
@@ -700,8 +700,11 @@ fn gate_allow_samples(
             &audit_record(now),
         )?;
         let outcome = gated.outcome;
-        if outcome.ruling.verdict != Verdict::Allow {
-            bail!("the gate did not allow: {}", outcome.ruling.reason.as_str());
+        if outcome.ruling.verdict() != Verdict::Allow {
+            bail!(
+                "the gate did not allow: {}",
+                outcome.ruling.reason().as_str()
+            );
         }
         Ok(outcome)
     })

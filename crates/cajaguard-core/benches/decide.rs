@@ -10,7 +10,8 @@ use std::time::Duration;
 use cajaguard_core::approval::{
     self, ApprovalTerms, BasketDigest, Decision, SigningKey, TrustedKeys,
 };
-use cajaguard_core::gate::{self, ApprovalCandidate, CheckoutLedger, Facts, LedgerView};
+use cajaguard_core::effect::{ApprovalCandidate, CheckoutLedger, LedgerView};
+use cajaguard_core::gate::{self, Facts};
 use cajaguard_core::policy::{ConfigOrigin, Policy};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::CompleteRequest;

@@ -1,5 +1,5 @@
 //! The one error type of the core crate. A refusal of a checkout is not an error: it is a
-//! [`crate::gate::Ruling`]. Errors here are bad configuration, bad key material and unreadable
+//! [`crate::verdict::Ruling`]. Errors here are bad configuration, bad key material and unreadable
 //! approval files — things a person must fix.
 
 use std::path::PathBuf;

@@ -1,286 +1,23 @@
-//! The decision (SPEC §4): pure functions from the policy, the agent's request, the shop's quote,
-//! the ledger's view, approvals and the clock to a ruling. Precedence fails closed: tripwire, then
-//! malformed input, then hard caps, then approval, then allow.
+//! The decision (SPEC §4): [`precheck`] before the shop is asked anything, and [`decide`], a pure
+//! function from the policy, the agent's request, the shop's quote, the ledger's view, approvals
+//! and the clock to an [`Outcome`]. Precedence fails closed: tripwire, then malformed input, then
+//! hard caps, then approval, then allow.
 
 use time::OffsetDateTime;
 
-use crate::approval::{
-    self, ApprovalDocument, BasketDigest, Decision, Rejection, RequestId, TrustedKeys,
+use crate::approval::{self, Decision, Rejection, TrustedKeys};
+use crate::digest::BasketDigest;
+use crate::display;
+use crate::effect::{
+    ApprovalCandidate, CheckoutLedger, Effect, LedgerView, Outcome, PendingRequest,
 };
-pub use crate::freeze::Frozen;
+use crate::freeze::Frozen;
 use crate::money::{self, Currency};
 use crate::policy::{Mode, Policy};
 use crate::quote::Quote;
-use crate::request::{CompleteRequest, Instrument};
+use crate::request::CompleteRequest;
 use crate::tripwire;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    Allow,
-    AllowApproved,
-    /// A human can unblock it.
-    Blocked,
-    /// Nothing can.
-    Denied,
-}
-
-impl Verdict {
-    /// `allow`, `allow_approved`, `blocked`, `denied`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Allow => "allow",
-            Verdict::AllowApproved => "allow_approved",
-            Verdict::Blocked => "blocked",
-            Verdict::Denied => "denied",
-        }
-    }
-}
-
-/// Every reason code. `as_str` gives the wire form (`over_window_cap`), `verdict` the verdict it
-/// always comes with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Reason {
-    WithinCaps,
-    SignedApproval,
-    /// A retry with the same idempotency key while the first attempt's outcome is unknown (§4.13).
-    IdempotentRetry,
-    PendingApproval,
-    ApprovalExpired,
-    ApprovalUntrustedKey,
-    ApprovalBadSignature,
-    ApprovalAlreadyUsed,
-    ApprovalTtlTooLong,
-    /// The checkout is claimed by a payment whose outcome is not known yet (another attempt, or a
-    /// retry whose basket differs from the reserved one), or an update of it is in flight.
-    PaymentInFlight,
-    /// Payments are frozen (SPEC §7) until a human unfreezes them.
-    Frozen,
-    OverPerTransactionCap,
-    OverWindowCap,
-    MerchantNotAllowed,
-    CurrencyNotAllowed,
-    AmountNotMinorUnits,
-    RequestFieldNotAllowed,
-    CheckoutNotReady,
-    CheckoutUnreadable,
-    TestModeCredential,
-    ApprovalDenied,
-    BadRequest,
-    ToolNotAllowed,
-    /// The store could not be read or written: refused, never forwarded (fail closed).
-    StoreUnavailable,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::WithinCaps => "within_caps",
-            Reason::SignedApproval => "signed_approval",
-            Reason::IdempotentRetry => "idempotent_retry",
-            Reason::PendingApproval => "pending_approval",
-            Reason::ApprovalExpired => "approval_expired",
-            Reason::ApprovalUntrustedKey => "approval_untrusted_key",
-            Reason::ApprovalBadSignature => "approval_bad_signature",
-            Reason::ApprovalAlreadyUsed => "approval_already_used",
-            Reason::ApprovalTtlTooLong => "approval_ttl_too_long",
-            Reason::PaymentInFlight => "payment_in_flight",
-            Reason::Frozen => "frozen",
-            Reason::OverPerTransactionCap => "over_per_transaction_cap",
-            Reason::OverWindowCap => "over_window_cap",
-            Reason::MerchantNotAllowed => "merchant_not_allowed",
-            Reason::CurrencyNotAllowed => "currency_not_allowed",
-            Reason::AmountNotMinorUnits => "amount_not_minor_units",
-            Reason::RequestFieldNotAllowed => "request_field_not_allowed",
-            Reason::CheckoutNotReady => "checkout_not_ready",
-            Reason::CheckoutUnreadable => "checkout_unreadable",
-            Reason::TestModeCredential => "test_mode_credential",
-            Reason::ApprovalDenied => "approval_denied",
-            Reason::BadRequest => "bad_request",
-            Reason::ToolNotAllowed => "tool_not_allowed",
-            Reason::StoreUnavailable => "store_unavailable",
-        }
-    }
-
-    /// The verdict is a function of the reason, so no caller can pair them inconsistently.
-    pub fn verdict(self) -> Verdict {
-        match self {
-            Reason::WithinCaps | Reason::IdempotentRetry => Verdict::Allow,
-            Reason::SignedApproval => Verdict::AllowApproved,
-            Reason::PendingApproval
-            | Reason::ApprovalExpired
-            | Reason::ApprovalUntrustedKey
-            | Reason::ApprovalBadSignature
-            | Reason::ApprovalAlreadyUsed
-            | Reason::ApprovalTtlTooLong
-            | Reason::PaymentInFlight
-            | Reason::Frozen => Verdict::Blocked,
-            Reason::OverPerTransactionCap
-            | Reason::OverWindowCap
-            | Reason::MerchantNotAllowed
-            | Reason::CurrencyNotAllowed
-            | Reason::AmountNotMinorUnits
-            | Reason::RequestFieldNotAllowed
-            | Reason::CheckoutNotReady
-            | Reason::CheckoutUnreadable
-            | Reason::TestModeCredential
-            | Reason::ApprovalDenied
-            | Reason::BadRequest
-            | Reason::ToolNotAllowed
-            | Reason::StoreUnavailable => Verdict::Denied,
-        }
-    }
-
-    /// Every reason, for tests and docs.
-    pub const ALL: &'static [Reason] = &[
-        Reason::WithinCaps,
-        Reason::SignedApproval,
-        Reason::IdempotentRetry,
-        Reason::PendingApproval,
-        Reason::ApprovalExpired,
-        Reason::ApprovalUntrustedKey,
-        Reason::ApprovalBadSignature,
-        Reason::ApprovalAlreadyUsed,
-        Reason::ApprovalTtlTooLong,
-        Reason::PaymentInFlight,
-        Reason::Frozen,
-        Reason::OverPerTransactionCap,
-        Reason::OverWindowCap,
-        Reason::MerchantNotAllowed,
-        Reason::CurrencyNotAllowed,
-        Reason::AmountNotMinorUnits,
-        Reason::RequestFieldNotAllowed,
-        Reason::CheckoutNotReady,
-        Reason::CheckoutUnreadable,
-        Reason::TestModeCredential,
-        Reason::ApprovalDenied,
-        Reason::BadRequest,
-        Reason::ToolNotAllowed,
-        Reason::StoreUnavailable,
-    ];
-}
-
-/// What the agent is told. `detail` is for a human and never holds a secret.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ruling {
-    pub verdict: Verdict,
-    pub reason: Reason,
-    pub detail: String,
-    pub request_id: Option<RequestId>,
-    /// What a human must do, e.g. `cajaguard approve cg-… --config FILE`.
-    pub next: Option<String>,
-}
-
-impl Ruling {
-    /// A ruling with the verdict that `reason` implies.
-    pub fn new(reason: Reason, detail: impl Into<String>) -> Ruling {
-        Ruling {
-            verdict: reason.verdict(),
-            reason,
-            detail: detail.into(),
-            request_id: None,
-            next: None,
-        }
-    }
-    /// `{ "cajaguard": { "verdict", "reason", "detail", "request_id"?, "next"? } }`
-    pub fn to_json(&self) -> serde_json::Value {
-        let mut inner = serde_json::Map::new();
-        inner.insert("verdict".into(), self.verdict.as_str().into());
-        inner.insert("reason".into(), self.reason.as_str().into());
-        inner.insert("detail".into(), self.detail.clone().into());
-        if let Some(id) = &self.request_id {
-            inner.insert("request_id".into(), id.as_str().into());
-        }
-        if let Some(next) = &self.next {
-            inner.insert("next".into(), next.clone().into());
-        }
-        let mut outer = serde_json::Map::new();
-        outer.insert("cajaguard".into(), serde_json::Value::Object(inner));
-        serde_json::Value::Object(outer)
-    }
-}
-
-/// The ledger's state for the checkout being decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CheckoutLedger {
-    /// Never reserved, or every earlier attempt was released.
-    Fresh,
-    /// Reserved; the outcome of the attempt with this idempotency key is not known yet. `digest`
-    /// is the request digest the reservation was made for (`None` for a row written before
-    /// digests were stored: no retry can match it).
-    InFlight {
-        idempotency_key: String,
-        total: i64,
-        digest: Option<BasketDigest>,
-    },
-    /// The shop reported it completed; its spend is counted.
-    Settled { total: i64 },
-}
-
-/// What the store knows, read inside the same transaction that will apply the [`Effect`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LedgerView {
-    /// Settled and in-flight spend in the quote's currency over the window, in minor units,
-    /// **excluding** this checkout's own entry.
-    pub window_spent: i64,
-    pub checkout: CheckoutLedger,
-    /// Payments are frozen (SPEC §7), read in the same transaction.
-    pub frozen: Option<Frozen>,
-}
-
-/// A signed approval found for this request id, and whether the store has seen it used.
-#[derive(Debug, Clone)]
-pub struct ApprovalCandidate {
-    pub document: ApprovalDocument,
-    pub used: bool,
-}
-
-/// The pending request the store writes when the gate blocks (so `approve` can show it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingRequest {
-    pub request_id: RequestId,
-    pub digest: BasketDigest,
-    pub merchant: String,
-    pub checkout_id: String,
-    pub currency: String,
-    pub total: i64,
-    /// The complete request's payment instruments (id and handler, never the credential).
-    pub instruments: Vec<Instrument>,
-}
-
-impl PendingRequest {
-    /// The handler of each instrument, in order (what `approve` shows).
-    pub fn handler_ids(&self) -> Vec<&str> {
-        self.instruments
-            .iter()
-            .map(|i| i.handler_id.as_str())
-            .collect()
-    }
-}
-
-/// What the store must do, atomically with the read that produced the [`LedgerView`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect {
-    /// Forward the call: reserve `total` against `currency` for this checkout and idempotency key
-    /// (with the request digest, so a retry can be matched to it), and mark the approval with this
-    /// nonce used (if any).
-    Forward {
-        currency: String,
-        total: i64,
-        merchant: String,
-        digest: BasketDigest,
-        use_approval_nonce: Option<String>,
-    },
-    /// Forward again without a new reservation or approval (idempotent retry, §4.13).
-    Retry,
-    /// Refuse; when blocked for approval, record the pending request.
-    Refuse { pending: Option<PendingRequest> },
-}
-
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    pub ruling: Ruling,
-    pub effect: Effect,
-}
+use crate::verdict::{Reason, Ruling};
 
 /// Steps 1-3: tripwire (test mode), shape, fields. Done before the shop is asked anything.
 pub fn precheck(policy: &Policy, args: &serde_json::Value) -> Result<CompleteRequest, Ruling> {
@@ -321,15 +58,6 @@ fn tripwire_refusal(hit: &tripwire::Hit) -> Ruling {
     )
 }
 
-/// Shop or agent text shown in a detail: printable, short, no control characters.
-fn shown(text: &str) -> String {
-    let mut out: String = text.chars().filter(|c| !c.is_control()).take(64).collect();
-    if text.chars().count() > 64 {
-        out.push('…');
-    }
-    out
-}
-
 /// Inputs of [`decide`] besides the policy.
 #[derive(Debug, Clone, Copy)]
 pub struct Facts<'a> {
@@ -345,15 +73,14 @@ pub struct Facts<'a> {
 
 /// The step-0 refusal while payments are frozen.
 pub fn frozen_ruling(frozen: &Frozen) -> Ruling {
-    let mut ruling = Ruling::new(
+    Ruling::new(
         Reason::Frozen,
         format!(
             "payments are frozen ({}); nothing is paid until a human unfreezes them",
-            shown(&frozen.reason)
+            display::detail(&frozen.reason)
         ),
-    );
-    ruling.next = Some("a human runs `cajaguard unfreeze --config FILE`".to_owned());
-    ruling
+    )
+    .with_next("a human runs `cajaguard unfreeze --config FILE`")
 }
 
 /// Steps 6-12 (4-5 are [`Quote::from_shop`]), and step 0 again inside the store's transaction.
@@ -395,7 +122,7 @@ pub fn decide(policy: &Policy, facts: &Facts<'_>) -> Outcome {
                 Reason::MerchantNotAllowed,
                 format!(
                     "merchant {} is not in the config's merchants list",
-                    shown(m)
+                    display::detail(m)
                 ),
             );
         }
@@ -408,7 +135,7 @@ pub fn decide(policy: &Policy, facts: &Facts<'_>) -> Outcome {
             Reason::CurrencyNotAllowed,
             format!(
                 "the config has no caps for currency {}, so it cannot be paid in",
-                shown(&quote.currency)
+                display::detail(&quote.currency)
             ),
         );
     };
@@ -467,7 +194,7 @@ pub fn decide(policy: &Policy, facts: &Facts<'_>) -> Outcome {
             Reason::CheckoutNotReady,
             format!(
                 "the checkout's status is {}, not ready_for_complete",
-                shown(&quote.status)
+                display::detail(&quote.status)
             ),
         );
     }
@@ -568,15 +295,15 @@ fn approval_step(
             policy.approvals.max_ttl,
         ) {
             Ok(v) if v.decision() == Decision::Deny => {
-                let mut ruling = Ruling::new(
+                let ruling = Ruling::new(
                     Reason::ApprovalDenied,
                     format!(
                         "a human signed a deny for {} at {}",
                         money::display(quote.total, cur),
-                        shown(merchant)
+                        display::detail(merchant)
                     ),
-                );
-                ruling.request_id = Some(request_id);
+                )
+                .with_request_id(request_id);
                 return Outcome {
                     ruling,
                     effect: Effect::Refuse { pending: None },
@@ -593,15 +320,15 @@ fn approval_step(
     }
 
     if let Some(nonce) = usable_nonce {
-        let mut ruling = Ruling::new(
+        let ruling = Ruling::new(
             Reason::SignedApproval,
             format!(
                 "{} at {} is approved by a signed approval (used now, once)",
                 money::display(quote.total, cur),
-                shown(merchant)
+                display::detail(merchant)
             ),
-        );
-        ruling.request_id = Some(request_id);
+        )
+        .with_request_id(request_id);
         return Outcome {
             ruling,
             effect: Effect::Forward {
@@ -650,16 +377,16 @@ fn approval_step(
         "cajaguard approve {request_id} --config {}",
         policy.source.display()
     );
-    let mut ruling = Ruling::new(
+    let ruling = Ruling::new(
         reason,
         format!(
             "{} at {} needs a human's signed approval ({why}): {lead}; ask a human to run `{next}`",
             money::display(quote.total, cur),
-            shown(merchant),
+            display::detail(merchant),
         ),
-    );
-    ruling.request_id = Some(request_id.clone());
-    ruling.next = Some(next);
+    )
+    .with_request_id(request_id.clone())
+    .with_next(next);
     Outcome {
         ruling,
         effect: Effect::Refuse {

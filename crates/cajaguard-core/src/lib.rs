@@ -12,6 +12,9 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod approval;
+pub mod digest;
+pub mod display;
+pub mod effect;
 pub mod error;
 pub mod freeze;
 pub mod gate;
@@ -21,5 +24,6 @@ pub mod quote;
 pub mod request;
 pub mod settle;
 pub mod tripwire;
+pub mod verdict;
 
 pub use error::Error;

@@ -19,7 +19,7 @@ pub struct Currency {
 impl Currency {
     /// `"USD"` -> exponent 2, `"JPY"` -> 0, `"KWD"` -> 3. Exact upper-case code only.
     pub fn from_code(code: &str) -> Result<Currency, Error> {
-        let printable = printable_code(code);
+        let printable = crate::display::quoted_code(code);
         let bytes: [u8; 3] = match code.as_bytes().try_into() {
             Ok(b) if code.bytes().all(|b| b.is_ascii_uppercase()) => b,
             _ => {
@@ -59,16 +59,6 @@ impl Currency {
 
     pub fn exponent(&self) -> u8 {
         self.exponent
-    }
-}
-
-/// Quotes a code for an error message without echoing arbitrary input at length.
-fn printable_code(code: &str) -> String {
-    let shown: String = code.chars().take(8).filter(|c| !c.is_control()).collect();
-    if code.chars().count() > 8 {
-        format!("\"{shown}…\"")
-    } else {
-        format!("\"{shown}\"")
     }
 }
 

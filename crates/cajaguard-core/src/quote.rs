@@ -7,8 +7,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::gate::{Reason, Ruling};
 use crate::money::MAX_MINOR;
+use crate::verdict::{Reason, Ruling};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct QuoteLine {
@@ -333,12 +333,12 @@ mod tests {
             json!(null),
         ] {
             let r = Quote::from_shop(&shop(bad.clone())).unwrap_err();
-            assert_eq!(r.reason, Reason::AmountNotMinorUnits, "{bad}");
+            assert_eq!(r.reason(), Reason::AmountNotMinorUnits, "{bad}");
         }
         let mut c = shop(json!(2400));
         c["line_items"][0]["item"]["price"] = json!(12.0);
         assert_eq!(
-            Quote::from_shop(&c).unwrap_err().reason,
+            Quote::from_shop(&c).unwrap_err().reason(),
             Reason::AmountNotMinorUnits
         );
         let mut c = shop(json!(2400));
@@ -347,13 +347,13 @@ mod tests {
             .unwrap()
             .push(json!({"type": "total", "amount": 1}));
         assert_eq!(
-            Quote::from_shop(&c).unwrap_err().reason,
+            Quote::from_shop(&c).unwrap_err().reason(),
             Reason::AmountNotMinorUnits
         );
         let mut c = shop(json!(2400));
         c["totals"] = json!([{"type": "subtotal", "amount": 2400}]);
         assert_eq!(
-            Quote::from_shop(&c).unwrap_err().reason,
+            Quote::from_shop(&c).unwrap_err().reason(),
             Reason::AmountNotMinorUnits
         );
         // A discount may be negative.
@@ -368,19 +368,19 @@ mod tests {
     #[test]
     fn unreadable_answers() {
         assert_eq!(
-            Quote::from_shop(&json!([])).unwrap_err().reason,
+            Quote::from_shop(&json!([])).unwrap_err().reason(),
             Reason::CheckoutUnreadable
         );
         let err =
             json!({"ucp": {"version": "x", "status": "error"}, "messages": [{"type": "error"}]});
         assert_eq!(
-            Quote::from_shop(&err).unwrap_err().reason,
+            Quote::from_shop(&err).unwrap_err().reason(),
             Reason::CheckoutUnreadable
         );
         let mut c = shop(json!(2400));
         c.as_object_mut().unwrap().remove("currency");
         assert_eq!(
-            Quote::from_shop(&c).unwrap_err().reason,
+            Quote::from_shop(&c).unwrap_err().reason(),
             Reason::CheckoutUnreadable
         );
     }

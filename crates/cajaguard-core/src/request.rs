@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::gate::{Reason, Ruling};
+use crate::verdict::{Reason, Ruling};
 
 /// Fields of `checkout` that UCP lets a platform send on complete (`ucp_request` is not `omit` for
 /// complete in the pinned `checkout.json`); extension objects (names with a `.` or known extensions
@@ -59,11 +59,7 @@ pub fn field_allowed_on_complete(name: &str) -> bool {
 
 /// A field name safe to echo in a detail: the agent chose it, so it could hold anything.
 fn shown_name(name: &str) -> String {
-    let plain = name.len() <= 40
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if plain {
+    if crate::display::is_plain_identifier(name, 40, true) {
         name.to_owned()
     } else {
         "(a field with an unusual name)".to_owned()

@@ -155,11 +155,11 @@ fn verification_order() {
 #[test]
 fn keys_round_trip_as_pem() {
     let key = trusted_key();
-    let pem = key.to_pkcs8_pem();
+    let pem = key.to_pkcs8_pem().unwrap();
     assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----\n"));
     let back = SigningKey::from_pkcs8_pem(&pem).unwrap();
     assert_eq!(back.public_key(), key.public_key());
-    let pub_pem = key.public_key().to_pem();
+    let pub_pem = key.public_key().to_pem().unwrap();
     assert!(pub_pem.starts_with("-----BEGIN PUBLIC KEY-----\n"));
     assert_eq!(PublicKey::from_pem(&pub_pem).unwrap(), key.public_key());
     assert_eq!(key.public_key().key_id().len(), 16);
@@ -186,7 +186,7 @@ fn reads_pkcs8_v2() {
     let ours = SigningKey::from_pkcs8_pem(&v2).unwrap();
     assert_eq!(ours.public_key(), trusted_key().public_key());
     // Ours is v1: shorter than v2 and equal to OpenSSL's layout (48-byte DER).
-    assert!(trusted_key().to_pkcs8_pem().len() < v2.len());
+    assert!(trusted_key().to_pkcs8_pem().unwrap().len() < v2.len());
 }
 
 fn openssl_available() -> bool {
@@ -242,14 +242,14 @@ fn keys_interoperate_with_openssl() {
         PublicKey::from_pem(&std::fs::read_to_string(p("openssl.pub.pem")).unwrap()).unwrap();
     assert_eq!(theirs.public_key(), their_pub);
     assert_eq!(
-        theirs.public_key().to_pem(),
+        theirs.public_key().to_pem().unwrap(),
         std::fs::read_to_string(p("openssl.pub.pem")).unwrap()
     );
 
     // OpenSSL reads the keys we write.
     let key = trusted_key();
-    std::fs::write(p("ours.key.pem"), key.to_pkcs8_pem().as_bytes()).unwrap();
-    std::fs::write(p("ours.pub.pem"), key.public_key().to_pem()).unwrap();
+    std::fs::write(p("ours.key.pem"), key.to_pkcs8_pem().unwrap().as_bytes()).unwrap();
+    std::fs::write(p("ours.pub.pem"), key.public_key().to_pem().unwrap()).unwrap();
     let out = openssl(&["pkey", "-in", &p("ours.key.pem"), "-noout"]);
     assert!(
         out.status.success(),
@@ -265,7 +265,7 @@ fn keys_interoperate_with_openssl() {
     let out = openssl(&["pkey", "-in", &p("ours.key.pem"), "-pubout"]);
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
-        key.public_key().to_pem()
+        key.public_key().to_pem().unwrap()
     );
 
     // A signature made with OpenSSL's key verifies under the public key OpenSSL derived.

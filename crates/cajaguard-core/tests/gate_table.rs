@@ -9,11 +9,11 @@ use cajaguard_core::request::Instrument;
 use std::collections::BTreeSet;
 
 use cajaguard_core::approval::{ApprovalDocument, BasketDigest, Decision, TrustedKeys};
-use cajaguard_core::gate::{
-    self, ApprovalCandidate, CheckoutLedger, Effect, Facts, LedgerView, Reason, Ruling, Verdict,
-};
+use cajaguard_core::effect::{ApprovalCandidate, CheckoutLedger, Effect, LedgerView};
+use cajaguard_core::gate::{self, Facts};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::tripwire;
+use cajaguard_core::verdict::{Reason, Ruling, Verdict};
 use common::*;
 use serde_json::{Value, json};
 
@@ -154,29 +154,29 @@ fn run(case: &Case) -> (Ruling, Option<Effect>) {
 
     let name = case.name;
     assert_eq!(
-        (ruling.verdict, ruling.reason),
+        (ruling.verdict(), ruling.reason()),
         case.expect,
         "{name}: {}",
-        ruling.detail
+        ruling.detail()
     );
-    assert_eq!(ruling.verdict, ruling.reason.verdict(), "{name}");
+    assert_eq!(ruling.verdict(), ruling.reason().verdict(), "{name}");
     let wire = ruling.to_json().to_string();
     for secret in SECRETS {
         assert!(
-            !ruling.detail.contains(secret),
+            !ruling.detail().contains(secret),
             "{name}: detail leaks {secret}: {}",
-            ruling.detail
+            ruling.detail()
         );
         assert!(!wire.contains(secret), "{name}: JSON leaks {secret}");
     }
     assert!(
-        !tripwire::contains_card_number(&ruling.detail),
+        !tripwire::contains_card_number(ruling.detail()),
         "{name}: detail has card digits"
     );
-    assert!(!ruling.detail.is_empty(), "{name}: empty detail");
+    assert!(!ruling.detail().is_empty(), "{name}: empty detail");
 
     let approval_block = matches!(
-        ruling.reason,
+        ruling.reason(),
         Reason::PendingApproval
             | Reason::ApprovalExpired
             | Reason::ApprovalUntrustedKey
@@ -186,19 +186,18 @@ fn run(case: &Case) -> (Ruling, Option<Effect>) {
     );
     if approval_block {
         let id = ruling
-            .request_id
-            .as_ref()
+            .request_id()
             .unwrap_or_else(|| panic!("{name}: no request id"));
         assert_eq!(
-            ruling.next.as_deref(),
+            ruling.next(),
             Some(format!("cajaguard approve {id} --config {CONFIG_PATH}").as_str())
         );
         let json = ruling.to_json();
         assert_eq!(json["cajaguard"]["request_id"], id.as_str());
-        assert_eq!(json["cajaguard"]["next"].as_str(), ruling.next.as_deref());
+        assert_eq!(json["cajaguard"]["next"].as_str(), ruling.next());
     }
     if let Some(effect) = &effect {
-        match (ruling.reason, effect) {
+        match (ruling.reason(), effect) {
             (
                 Reason::WithinCaps,
                 Effect::Forward {
@@ -217,12 +216,12 @@ fn run(case: &Case) -> (Ruling, Option<Effect>) {
             }
             (Reason::IdempotentRetry, Effect::Retry) => {}
             (_, Effect::Refuse { pending: Some(p) }) if approval_block => {
-                assert_eq!(Some(&p.request_id), ruling.request_id.as_ref(), "{name}");
+                assert_eq!(Some(&p.request_id), ruling.request_id(), "{name}");
             }
             (_, Effect::Refuse { pending: None })
-                if ruling.verdict == Verdict::Denied
-                    || ruling.reason == Reason::PaymentInFlight
-                    || ruling.reason == Reason::Frozen => {}
+                if ruling.verdict() == Verdict::Denied
+                    || ruling.reason() == Reason::PaymentInFlight
+                    || ruling.reason() == Reason::Frozen => {}
             (r, e) => panic!("{name}: effect {e:?} does not fit reason {r:?}"),
         }
     }
@@ -702,7 +701,7 @@ fn decide_table() {
     let mut seen = BTreeSet::new();
     for case in cases() {
         let (ruling, _) = run(&case);
-        seen.insert(ruling.reason.as_str());
+        seen.insert(ruling.reason().as_str());
     }
     // Every reason the core can produce is covered; the proxy's own reasons are not the core's.
     for reason in Reason::ALL {
@@ -761,7 +760,7 @@ fn details_name_amounts_in_major_units() {
         (Verdict::Denied, Reason::OverPerTransactionCap),
     ));
     assert_eq!(
-        ruling.detail,
+        ruling.detail(),
         "USD 219.00 is over the per-transaction cap of USD 100.00"
     );
     let (ruling, _) = run(&Case {
@@ -778,9 +777,10 @@ fn details_name_amounts_in_major_units() {
         )
     });
     assert!(
-        ruling.detail.contains("totals, currency") || ruling.detail.contains("currency, totals"),
+        ruling.detail().contains("totals, currency")
+            || ruling.detail().contains("currency, totals"),
         "{}",
-        ruling.detail
+        ruling.detail()
     );
     let (ruling, _) = run(&base(
         "status named",
@@ -793,7 +793,7 @@ fn details_name_amounts_in_major_units() {
         ),
         (Verdict::Denied, Reason::CheckoutNotReady),
     ));
-    assert!(ruling.detail.contains("requires_escalation"));
+    assert!(ruling.detail().contains("requires_escalation"));
 }
 
 #[test]

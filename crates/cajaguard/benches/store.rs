@@ -20,10 +20,11 @@ use std::time::Duration;
 
 use cajaguard::store::{AuditRecord, Store};
 use cajaguard_core::approval::BasketDigest;
-use cajaguard_core::gate::{Effect, Outcome, Reason, Ruling, Verdict};
+use cajaguard_core::effect::{Effect, Outcome};
 use cajaguard_core::policy::{StoreConfig, StoreUrl};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::{CompleteRequest, Instrument};
+use cajaguard_core::verdict::{Reason, Ruling};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use time::OffsetDateTime;
 
@@ -82,13 +83,7 @@ fn seed_ledger(db: &Path, rows: u64, now: OffsetDateTime) {
 
 fn allow_outcome(total: i64) -> Outcome {
     Outcome {
-        ruling: Ruling {
-            verdict: Verdict::Allow,
-            reason: Reason::WithinCaps,
-            detail: String::new(),
-            request_id: None,
-            next: None,
-        },
+        ruling: Ruling::new(Reason::WithinCaps, ""),
         effect: Effect::Forward {
             currency: "USD".to_owned(),
             total,

@@ -76,6 +76,11 @@ pub enum KeyError {
     },
     #[error("the operating system gave no randomness for a new key: {0}")]
     Random(String),
+    /// The key could not be written as PEM (the encoder refused; nothing was written).
+    #[error(
+        "the new key could not be encoded ({0}); nothing was written: run `cajaguard keygen` again"
+    )]
+    Encode(cajaguard_core::Error),
 }
 
 impl KeyError {
@@ -175,15 +180,10 @@ pub fn write_keypair(dir: &Path, key: &SigningKey, force: bool) -> Result<Writte
         }
     }
 
-    let pem = key.to_pkcs8_pem();
+    let pem = key.to_pkcs8_pem().map_err(KeyError::Encode)?;
+    let public_pem = key.public_key().to_pem().map_err(KeyError::Encode)?;
     install(dir, &private_key, pem.as_bytes(), 0o600, force)?;
-    install(
-        dir,
-        &public_key,
-        key.public_key().to_pem().as_bytes(),
-        0o644,
-        force,
-    )?;
+    install(dir, &public_key, public_pem.as_bytes(), 0o644, force)?;
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|source| KeyError::Write {

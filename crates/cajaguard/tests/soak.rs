@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use cajaguard::store::{AuditRecord, ReleasedBy, Store};
 use cajaguard_core::approval::{BasketDigest, TrustedKeys};
-use cajaguard_core::gate::{self, Effect, Facts};
+use cajaguard_core::effect::Effect;
+use cajaguard_core::gate::{self, Facts};
 use cajaguard_core::policy::{ConfigOrigin, Policy};
 use cajaguard_core::quote::{Quote, QuoteLine};
 use cajaguard_core::request::{CompleteRequest, Instrument};
@@ -153,7 +154,7 @@ fn purchase_many(dir: &Path, worker: &str, n: usize) -> (i64, i64) {
                 )
                 .unwrap();
         } else {
-            assert_eq!(outcome.ruling.reason.as_str(), "over_window_cap");
+            assert_eq!(outcome.ruling.reason().as_str(), "over_window_cap");
         }
     }
     (forwarded, completed)

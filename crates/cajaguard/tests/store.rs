@@ -24,14 +24,14 @@ use cajaguard_core::approval::{
     self, ApprovalDocument, ApprovalTerms, BasketDigest, Decision, RequestId, SigningKey,
     TrustedKeys,
 };
-use cajaguard_core::gate::{
-    ApprovalCandidate, CheckoutLedger, Effect, LedgerView, Outcome, PendingRequest, Reason, Ruling,
-    Verdict,
+use cajaguard_core::effect::{
+    ApprovalCandidate, CheckoutLedger, Effect, LedgerView, Outcome, PendingRequest,
 };
 use cajaguard_core::policy::{StoreConfig, StoreUrl};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::{CompleteRequest, Instrument};
 use cajaguard_core::settle::{Charge, Settlement};
+use cajaguard_core::verdict::{Reason, Ruling};
 use time::OffsetDateTime;
 use time::macros::datetime;
 
@@ -73,19 +73,13 @@ fn quote(checkout: &str, currency: &str, total: i64) -> Quote {
     }
 }
 
-fn ruling(verdict: Verdict, reason: Reason) -> Ruling {
-    Ruling {
-        verdict,
-        reason,
-        detail: String::new(),
-        request_id: None,
-        next: None,
-    }
+fn ruling(reason: Reason) -> Ruling {
+    Ruling::new(reason, String::new())
 }
 
 fn forward(currency: &str, total: i64, nonce: Option<&str>) -> Outcome {
     Outcome {
-        ruling: ruling(Verdict::Allow, Reason::WithinCaps),
+        ruling: ruling(Reason::WithinCaps),
         effect: Effect::Forward {
             currency: currency.to_owned(),
             total,
@@ -98,7 +92,7 @@ fn forward(currency: &str, total: i64, nonce: Option<&str>) -> Outcome {
 
 fn refuse(pending: Option<PendingRequest>) -> Outcome {
     Outcome {
-        ruling: ruling(Verdict::Blocked, Reason::PendingApproval),
+        ruling: ruling(Reason::PendingApproval),
         effect: Effect::Refuse { pending },
     }
 }
@@ -681,7 +675,7 @@ fn a_retry_needs_its_reservation(kind: Kind) {
     };
     let store = &fx.store;
     let retry = || Outcome {
-        ruling: ruling(Verdict::Allow, Reason::IdempotentRetry),
+        ruling: ruling(Reason::IdempotentRetry),
         effect: Effect::Retry,
     };
     let err = gate_with(store, "c1", "k1", "USD", 4500, NOW, retry())
@@ -1845,7 +1839,7 @@ fn a_refusal_of_an_attempt_retried_since_releases_nothing(kind: Kind) {
     };
     let first = gate(NOW, forward("USD", 2400, None));
     let retry = Outcome {
-        ruling: ruling(Verdict::Allow, Reason::IdempotentRetry),
+        ruling: ruling(Reason::IdempotentRetry),
         effect: Effect::Retry,
     };
     let later = NOW + time::Duration::seconds(1);

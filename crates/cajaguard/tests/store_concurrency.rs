@@ -20,11 +20,12 @@ use std::time::Duration;
 
 use cajaguard::store::{AuditRecord, Claim, ReleasedBy, Store};
 use cajaguard_core::approval::{self, ApprovalTerms, BasketDigest, Decision, SigningKey};
-use cajaguard_core::gate::{Effect, LedgerView, Outcome, Reason, Ruling, Verdict};
+use cajaguard_core::effect::{Effect, LedgerView, Outcome};
 use cajaguard_core::policy::{StoreConfig, StoreUrl};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::{CompleteRequest, Instrument};
 use cajaguard_core::settle::Charge;
+use cajaguard_core::verdict::{Reason, Ruling};
 use time::OffsetDateTime;
 use time::macros::datetime;
 
@@ -70,13 +71,7 @@ fn record() -> AuditRecord {
 
 fn forward(total: i64, nonce: Option<String>) -> Outcome {
     Outcome {
-        ruling: Ruling {
-            verdict: Verdict::Allow,
-            reason: Reason::WithinCaps,
-            detail: String::new(),
-            request_id: None,
-            next: None,
-        },
+        ruling: Ruling::new(Reason::WithinCaps, ""),
         effect: Effect::Forward {
             currency: "USD".to_owned(),
             total,
@@ -89,13 +84,7 @@ fn forward(total: i64, nonce: Option<String>) -> Outcome {
 
 fn refuse(reason: Reason) -> Outcome {
     Outcome {
-        ruling: Ruling {
-            verdict: reason.verdict(),
-            reason,
-            detail: String::new(),
-            request_id: None,
-            next: None,
-        },
+        ruling: Ruling::new(reason, ""),
         effect: Effect::Refuse { pending: None },
     }
 }

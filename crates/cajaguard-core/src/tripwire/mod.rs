@@ -142,12 +142,8 @@ fn render(stack: &[Seg<'_>]) -> String {
 /// A key is echoed only if it cannot carry a secret: short, plain letters, no digits (digits in
 /// several keys could join into a card number across the `.` between path segments), no `live`.
 fn key_safe_to_show(k: &str) -> bool {
-    let b = k.as_bytes();
-    !b.is_empty()
-        && b.len() <= 64
-        && b.iter()
-            .all(|c| c.is_ascii_alphabetic() || *c == b'_' || *c == b'-')
-        && !secrets::contains_ci(b, b"live")
+    crate::display::is_plain_identifier(k, 64, false)
+        && !secrets::contains_ci(k.as_bytes(), b"live")
 }
 
 struct Walker<'p, 'a> {

@@ -121,17 +121,7 @@ fn is_mark(c: char) -> bool {
     !c.is_ascii() && unicode_normalization::char::is_combining_mark(c)
 }
 
-/// Unicode format characters (general category Cf, Unicode 16), plus the variation selectors, the
-/// combining grapheme joiner and the Hangul fillers: all draw nothing, so a human reading the text
-/// (or a shop stripping them) sees the digits on either side as adjacent.
-pub fn renders_as_nothing(c: char) -> bool {
-    matches!(u32::from(c),
-        0xAD | 0x34F | 0x600..=0x605 | 0x61C | 0x6DD | 0x70F | 0x890..=0x891 | 0x8E2
-        | 0x115F..=0x1160 | 0x17B4..=0x17B5 | 0x180B..=0x180F | 0x200B..=0x200F
-        | 0x202A..=0x202E | 0x2060..=0x206F | 0x3164 | 0xFE00..=0xFE0F | 0xFEFF | 0xFFA0
-        | 0xFFF9..=0xFFFB | 0x110BD | 0x110CD | 0x13430..=0x1343F | 0x1BCA0..=0x1BCA3
-        | 0x1D173..=0x1D17A | 0xE0001 | 0xE0020..=0xE007F | 0xE0100..=0xE01EF)
-}
+use crate::display::renders_as_nothing;
 
 #[cfg(test)]
 mod tests {

@@ -171,7 +171,7 @@ pub fn read_back(
         Failure::refused(
             format!(
                 "cannot read the checkout back from the shop: {}",
-                ruling.detail
+                ruling.detail()
             ),
             "nothing was signed; try again when the shop answers",
         )

@@ -1,7 +1,7 @@
 //! Reading a checkout back from the shop (SPEC §4.4), shared by the gate and `cajaguard approve`.
 
-use cajaguard_core::gate::{Reason, Ruling};
 use cajaguard_core::quote::Quote;
+use cajaguard_core::verdict::{Reason, Ruling};
 use serde_json::Value;
 
 use super::{Reply, ShopError};

@@ -13,10 +13,11 @@
 use std::time::Instant;
 
 use cajaguard_core::approval::BasketDigest;
-use cajaguard_core::gate::{self, Facts, Reason, Ruling};
+use cajaguard_core::gate::{self, Facts};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::CompleteRequest;
 use cajaguard_core::settle::{self, Charge, Completion, Reading, Settlement};
+use cajaguard_core::verdict::{Reason, Ruling};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -179,20 +180,22 @@ impl Proxy {
         let mut audit = audit.clone();
         audit.at = now;
         audit.latency = started.elapsed();
-        let mut decide = |ledger: &gate::LedgerView, approvals: &[gate::ApprovalCandidate]| {
-            gate::decide(
-                &self.policy,
-                &Facts {
-                    request,
-                    quote,
-                    digest,
-                    ledger,
-                    approvals,
-                    trusted_keys: &self.trusted,
-                    now,
-                },
-            )
-        };
+        let mut decide =
+            |ledger: &cajaguard_core::effect::LedgerView,
+             approvals: &[cajaguard_core::effect::ApprovalCandidate]| {
+                gate::decide(
+                    &self.policy,
+                    &Facts {
+                        request,
+                        quote,
+                        digest,
+                        ledger,
+                        approvals,
+                        trusted_keys: &self.trusted,
+                        now,
+                    },
+                )
+            };
         match self.store.gate(
             claim,
             request,
@@ -340,10 +343,10 @@ impl Proxy {
     }
 
     fn refuse(&self, ruling: &Ruling, mut audit: AuditRecord, started: Instant) -> Answer {
-        audit.verdict = ruling.verdict.as_str().into();
-        audit.reason = ruling.reason.as_str().into();
+        audit.verdict = ruling.verdict().as_str().into();
+        audit.reason = ruling.reason().as_str().into();
         audit.request_id = ruling
-            .request_id
+            .request_id()
             .as_ref()
             .map(|r| r.as_str().to_owned())
             .or(audit.request_id);
@@ -404,11 +407,11 @@ fn with_verdict(result: &str, ruling: &Ruling, settlement: &Settlement) -> Strin
 
 fn verdict_meta(ruling: &Ruling) -> Value {
     let mut meta = serde_json::json!({
-        "verdict": ruling.verdict.as_str(),
-        "reason": ruling.reason.as_str(),
-        "detail": ruling.detail,
+        "verdict": ruling.verdict().as_str(),
+        "reason": ruling.reason().as_str(),
+        "detail": ruling.detail(),
     });
-    if let Some(request_id) = &ruling.request_id {
+    if let Some(request_id) = &ruling.request_id() {
         meta["request_id"] = Value::String(request_id.as_str().to_owned());
     }
     meta

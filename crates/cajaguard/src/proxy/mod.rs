@@ -22,8 +22,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cajaguard_core::approval::{RequestId, TrustedKeys};
-use cajaguard_core::gate::{self, Reason, Ruling};
+use cajaguard_core::gate;
 use cajaguard_core::policy::Policy;
+use cajaguard_core::verdict::{Reason, Ruling};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
@@ -656,9 +657,9 @@ impl Proxy {
 
     fn audit_refusal(&self, tool: &str, ruling: &Ruling) {
         let mut record = self.audit_record(tool);
-        record.verdict = ruling.verdict.as_str().to_owned();
-        record.reason = ruling.reason.as_str().to_owned();
-        record.request_id = ruling.request_id.as_ref().map(|r| r.as_str().to_owned());
+        record.verdict = ruling.verdict().as_str().to_owned();
+        record.reason = ruling.reason().as_str().to_owned();
+        record.request_id = ruling.request_id().as_ref().map(|r| r.as_str().to_owned());
         if let Err(e) = self.store.audit(&record) {
             tracing::error!("audit record not written: {e}");
         }

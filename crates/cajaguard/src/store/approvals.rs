@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use cajaguard_core::approval::{self, ApprovalDocument, Decision, RequestId, TrustedKeys};
-use cajaguard_core::gate::ApprovalCandidate;
+use cajaguard_core::effect::ApprovalCandidate;
 use time::OffsetDateTime;
 
 use super::pending::digest_from_hex;

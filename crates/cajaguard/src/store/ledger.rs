@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use cajaguard_core::gate::{CheckoutLedger, LedgerView};
+use cajaguard_core::effect::{CheckoutLedger, LedgerView};
 use cajaguard_core::settle::Settlement;
 use time::OffsetDateTime;
 

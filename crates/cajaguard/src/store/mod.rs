@@ -29,8 +29,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cajaguard_core::approval::{ApprovalDocument, BasketDigest, RequestId, TrustedKeys};
+use cajaguard_core::effect::{ApprovalCandidate, Effect, LedgerView, Outcome, PendingRequest};
 use cajaguard_core::freeze::{Frozen, VerifiedUnfreeze};
-use cajaguard_core::gate::{ApprovalCandidate, Effect, LedgerView, Outcome, PendingRequest};
 use cajaguard_core::policy::{Policy, StoreConfig, StoreUrl};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::CompleteRequest;
@@ -496,8 +496,8 @@ impl Store {
                 }
             }
             let mut record = audit.clone();
-            record.verdict = outcome.ruling.verdict.as_str().to_owned();
-            record.reason = outcome.ruling.reason.as_str().to_owned();
+            record.verdict = outcome.ruling.verdict().as_str().to_owned();
+            record.reason = outcome.ruling.reason().as_str().to_owned();
             record.merchant = record.merchant.or_else(|| quote.merchant.clone());
             record.currency = record.currency.or_else(|| Some(quote.currency.clone()));
             record.total = record.total.or(Some(quote.total));

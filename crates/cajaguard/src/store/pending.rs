@@ -2,7 +2,7 @@
 //! row turns back into a [`PendingRequest`], whichever backend stored it.
 
 use cajaguard_core::approval::{BasketDigest, RequestId};
-use cajaguard_core::gate::PendingRequest;
+use cajaguard_core::effect::PendingRequest;
 use cajaguard_core::request::Instrument;
 
 use super::{PendingRow, StoreError, from_micros};

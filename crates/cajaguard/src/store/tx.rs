@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use cajaguard_core::approval::{ApprovalDocument, RequestId};
-use cajaguard_core::gate::PendingRequest;
+use cajaguard_core::effect::PendingRequest;
 
 use super::{AuditRecord, InFlight, PendingRow, StoreError, WindowSpend};
 

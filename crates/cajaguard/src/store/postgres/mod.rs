@@ -33,7 +33,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use cajaguard_core::approval::{ApprovalDocument, RequestId};
-use cajaguard_core::gate::PendingRequest;
+use cajaguard_core::effect::PendingRequest;
 use postgres::error::SqlState;
 use postgres::{Client, NoTls, Statement, Transaction};
 use time::OffsetDateTime;

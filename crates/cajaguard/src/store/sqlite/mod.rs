@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use cajaguard_core::approval::{ApprovalDocument, RequestId};
-use cajaguard_core::gate::PendingRequest;
+use cajaguard_core::effect::PendingRequest;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::tx::{ClaimRow, LedgerRow, ReleasedBy, Reservation, State, Tx};
