@@ -95,6 +95,7 @@ impl KeyError {
                 | KeyError::PrivateKeyTooOpen { .. }
                 | KeyError::TrustedKeyUnreadable { .. }
                 | KeyError::TrustedKeyWritable { .. }
+                | KeyError::Encode(_)
         )
     }
 }

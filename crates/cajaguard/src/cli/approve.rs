@@ -1,6 +1,8 @@
 //! `cajaguard approve <id>` and `cajaguard deny <id>`: re-read the checkout from the shop, refuse if
 //! it changed or is no longer ready, show it, ask the human on the terminal, and sign.
 
+use super::Exit;
+use cajaguard_core::display;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +13,7 @@ use cajaguard_core::quote::Quote;
 use time::OffsetDateTime;
 
 use super::output::shown;
-use super::{Failure, Outcome, printable};
+use super::{Failure, Outcome};
 use crate::keys;
 use crate::proxy::{Shop, checkout};
 use crate::store::{FiledApproval, PendingRow};
@@ -79,10 +81,7 @@ fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) 
     }
     let id = super::parse_request_id(&common.id)?;
     let store = super::open_store(&policy)?;
-    let Some(pending) = store
-        .pending_request(&id)
-        .map_err(|e| Failure::unexpected(e.to_string()))?
-    else {
+    let Some(pending) = store.pending_request(&id).map_err(Failure::from)? else {
         return Err(Failure::refused(
             format!("no pending request {id} in {}", shown(&policy.home)),
             format!(
@@ -97,7 +96,7 @@ fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) 
         })?;
     let key = keys::load_signing_key(&key_dir.join(keys::PRIVATE_KEY_FILE)).map_err(|e| {
         super::said(
-            2,
+            Exit::Usage,
             &e,
             e.says_what_to_do(),
             "run `cajaguard keygen`, or point --key-dir at your approver key",
@@ -135,9 +134,7 @@ fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) 
         note: note.to_owned(),
     };
     let document = approval::sign(&key, &terms);
-    let filed = store
-        .write_approval(&document)
-        .map_err(|e| Failure::unexpected(e.to_string()))?;
+    let filed = store.write_approval(&document).map_err(Failure::from)?;
     match decision {
         Decision::Approve => println!(
             "approved {id} for {}, valid for {}: {}",
@@ -147,7 +144,7 @@ fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) 
         ),
         Decision::Deny => println!("denied {id}: {}", filed_shown(&filed)),
     }
-    Ok(0)
+    Ok(Exit::Done)
 }
 
 fn filed_shown(filed: &FiledApproval) -> String {
@@ -162,8 +159,14 @@ pub fn read_back(
     policy: &cajaguard_core::policy::Policy,
     pending: &PendingRow,
 ) -> Result<Quote, Failure> {
-    let shop = Shop::new(&policy.downstream, Arc::new(|_: &str| {}))
-        .map_err(|e| super::said(2, &e, e.says_what_to_do(), "fix downstream in the config"))?;
+    let shop = Shop::new(&policy.downstream, Arc::new(|_: &str| {})).map_err(|e| {
+        super::said(
+            Exit::Usage,
+            &e,
+            e.says_what_to_do(),
+            "fix downstream in the config",
+        )
+    })?;
     let agent = serde_json::json!({ "profile": APPROVER_PROFILE });
     let params = checkout::get_checkout_params(&agent, &pending.request.checkout_id);
     let reply = shop.request("tools/call", Some(&params), &mut |_| {});
@@ -185,7 +188,7 @@ fn reread(policy: &cajaguard_core::policy::Policy, pending: &PendingRow) -> Resu
         return Err(Failure::refused(
             format!(
                 "the checkout is {} now, not ready_for_complete",
-                printable(&quote.status)
+                display::terminal(&quote.status)
             ),
             "nothing was signed; the agent must start a new checkout",
         ));
@@ -215,15 +218,15 @@ fn show(pending: &PendingRow, quote: &Quote, decision: Decision) {
         },
         request.request_id
     );
-    eprintln!("  merchant:  {}", printable(&request.merchant));
-    eprintln!("  checkout:  {}", printable(&request.checkout_id));
+    eprintln!("  merchant:  {}", display::terminal(&request.merchant));
+    eprintln!("  checkout:  {}", display::terminal(&request.checkout_id));
     eprintln!("  amount:    {}", amount(quote.total));
     for line in &quote.line_items {
         eprintln!(
             "  item:      {} x {} [{}] at {}",
             line.quantity,
-            printable(&line.title),
-            printable(&line.item_id),
+            display::terminal(&line.title),
+            display::terminal(&line.item_id),
             amount(line.unit_price)
         );
     }
@@ -232,7 +235,7 @@ fn show(pending: &PendingRow, quote: &Quote, decision: Decision) {
         request
             .handler_ids()
             .iter()
-            .map(|h| printable(h))
+            .map(|h| display::terminal(h))
             .collect::<Vec<_>>()
             .join(", ")
     );
@@ -248,6 +251,6 @@ fn confirm(decision: Decision, pending: &PendingRow) -> Result<(), Failure> {
     super::terminal::confirm(&format!(
         "{verb} {} to {}?",
         super::pending::amount(pending),
-        printable(&pending.request.merchant)
+        display::terminal(&pending.request.merchant)
     ))
 }

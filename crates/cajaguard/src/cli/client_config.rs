@@ -5,6 +5,7 @@
 //! `PATH`, `USER`, `SHELL`, `TERM`, `LOGNAME`), so every path in the entry is absolute and every
 //! CajaGuard variable the server needs is in its `env`.
 
+use super::Exit;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
@@ -53,7 +54,7 @@ pub fn run(args: &Args) -> Outcome {
     );
     print_json(&document)?;
     eprintln!("cajaguard: paste this into {place}");
-    Ok(0)
+    Ok(Exit::Done)
 }
 
 /// The entry and where it goes. The four clients differ only in the top-level key and in whether

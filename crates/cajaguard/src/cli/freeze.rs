@@ -2,11 +2,13 @@
 //! say; unfreezing needs the human: a signature with the approver key, asked on the terminal, for
 //! the very freeze in force.
 
+use super::Exit;
+use cajaguard_core::display;
 use std::path::PathBuf;
 
 use cajaguard_core::freeze::{self, Frozen};
 
-use super::{Failure, Outcome, printable};
+use super::{Failure, Outcome};
 use crate::keys;
 use crate::store::{AuditRecord, StoreError};
 
@@ -44,33 +46,30 @@ pub fn freeze(args: &FreezeArgs) -> Outcome {
         now,
         "frozen",
         "frozen_by_human",
-        Some(printable(&args.reason)),
+        Some(display::terminal(&args.reason)),
     );
     let frozen = store
-        .freeze(&printable(&args.reason), now, &record)
-        .map_err(|e| Failure::unexpected(e.to_string()))?;
+        .freeze(&display::terminal(&args.reason), now, &record)
+        .map_err(Failure::from)?;
     eprintln!(
         "payments are frozen since {} ({}), on every process and host on {}",
         frozen.stamp(),
-        printable(&frozen.reason),
+        display::terminal(&frozen.reason),
         store.describe()
     );
     eprintln!(
         "  -> a human lifts it with `cajaguard unfreeze --config {}`",
         policy.source.display()
     );
-    Ok(0)
+    Ok(Exit::Done)
 }
 
 pub fn unfreeze(args: &UnfreezeArgs) -> Outcome {
     let policy = super::load_policy(&args.config)?;
     let store = super::open_store(&policy)?;
-    let Some(frozen) = store
-        .frozen()
-        .map_err(|e| Failure::unexpected(e.to_string()))?
-    else {
+    let Some(frozen) = store.frozen().map_err(Failure::from)? else {
         eprintln!("payments are not frozen; nothing to do");
-        return Ok(0);
+        return Ok(Exit::Done);
     };
     let key_dir =
         keys::key_dir(args.key_dir.as_deref(), &|name| super::env(name)).map_err(|e| {
@@ -91,7 +90,7 @@ pub fn unfreeze(args: &UnfreezeArgs) -> Outcome {
     let mut nonce = [0u8; 16];
     getrandom::fill(&mut nonce)
         .map_err(|e| Failure::unexpected(format!("no randomness for the unfreeze nonce: {e}")))?;
-    let document = freeze::sign_unfreeze(&key, &frozen, now, nonce, &printable(&args.note));
+    let document = freeze::sign_unfreeze(&key, &frozen, now, nonce, &display::terminal(&args.note));
     let verified = freeze::verify_unfreeze(&document, &trusted, &frozen, now).map_err(|why| {
         Failure::usage(
             format!("the unfreeze was not accepted: {why}"),
@@ -110,7 +109,7 @@ pub fn unfreeze(args: &UnfreezeArgs) -> Outcome {
     match store.unfreeze(&frozen, &verified, now, &record) {
         Ok(()) => {
             eprintln!("payments are no longer frozen");
-            Ok(0)
+            Ok(Exit::Done)
         }
         Err(StoreError::NotThatFreeze) => Err(Failure::refused(
             "payments were unfrozen or frozen again while you decided; nothing changed",
@@ -123,7 +122,7 @@ pub fn unfreeze(args: &UnfreezeArgs) -> Outcome {
 fn show(frozen: &Frozen) {
     eprintln!("Payments are frozen");
     eprintln!("  since:   {}", frozen.stamp());
-    eprintln!("  reason:  {}", printable(&frozen.reason));
+    eprintln!("  reason:  {}", display::terminal(&frozen.reason));
     eprintln!(
         "  Look at what froze them (cajaguard status, the audit log) before letting payments through."
     );

@@ -1,5 +1,6 @@
 //! `cajaguard keygen [--out DIR] [--force]`
 
+use super::Exit;
 use std::path::PathBuf;
 
 use super::output::shown;
@@ -19,7 +20,7 @@ pub struct Args {
 pub fn run(args: &Args) -> Outcome {
     let dir = keys::key_dir(args.out.as_deref(), &|name| super::env(name)).map_err(|e| {
         super::said(
-            2,
+            Exit::Usage,
             &e,
             e.says_what_to_do(),
             "pass --out DIR or set CAJAGUARD_KEY_DIR",
@@ -32,7 +33,7 @@ pub fn run(args: &Args) -> Outcome {
             e.to_string(),
             "approvals signed by the old key stop verifying once it is replaced",
         ),
-        other if other.says_what_to_do() => super::said(1, &other, true, ""),
+        other if other.says_what_to_do() => super::said(Exit::Unexpected, &other, true, ""),
         other => Failure::unexpected(other.to_string()),
     })?;
     let public = key.public_key();
@@ -43,5 +44,5 @@ pub fn run(args: &Args) -> Outcome {
     println!("public key:  {}", shown(&written.public_key));
     println!("key id:      {}", public.key_id());
     println!("Add the public key to approvals.trusted_keys in your CajaGuard config.");
-    Ok(0)
+    Ok(Exit::Done)
 }

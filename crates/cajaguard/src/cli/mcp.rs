@@ -1,5 +1,6 @@
 //! `cajaguard mcp --config FILE`: the stdio MCP server.
 
+use super::Exit;
 use std::fs::File;
 use std::io::BufReader;
 use std::os::fd::AsFd;
@@ -26,7 +27,11 @@ pub fn run(config: &Path) -> Outcome {
     .map_err(|e: ShopError| {
         // Exit 2 for what is fixed in the config or the environment, 1 for a shop that failed.
         super::said(
-            if e.is_configuration() { 2 } else { 1 },
+            if e.is_configuration() {
+                Exit::Usage
+            } else {
+                Exit::Unexpected
+            },
             &e,
             e.says_what_to_do(),
             "check that the downstream is a working MCP server (try running it by hand)",
@@ -36,7 +41,7 @@ pub fn run(config: &Path) -> Outcome {
     proxy
         .serve(Box::new(BufReader::with_capacity(64 * 1024, input)))
         .map_err(|e| Failure::unexpected(format!("reading the agent failed: {e}")))?;
-    Ok(0)
+    Ok(Exit::Done)
 }
 
 fn stdio_files() -> std::io::Result<(File, File)> {

@@ -77,10 +77,38 @@ struct IdArgs {
     json: bool,
 }
 
+/// The exit codes of SPEC §7, the one place they are numbered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Done; for `verify`, approved.
+    Done = 0,
+    /// Anything unexpected (a store that failed, no randomness).
+    Unexpected = 1,
+    /// A usage or config error, and `keygen` refusing to overwrite.
+    Usage = 2,
+    /// An unknown id, not approved (pending, invalid, used, expired), a checkout that changed, or
+    /// a human who said no.
+    Refused = 3,
+    /// `verify`: a human signed a deny.
+    Denied = 4,
+}
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(exit.code())
+    }
+}
+
 /// A failure with its exit code: one line of cause and one of what to do.
 #[derive(Debug)]
 pub struct Failure {
-    pub code: u8,
+    pub exit: Exit,
     pub message: String,
     pub hint: Option<String>,
 }
@@ -88,33 +116,54 @@ pub struct Failure {
 impl Failure {
     pub fn usage(message: impl Into<String>, hint: impl Into<String>) -> Failure {
         Failure {
-            code: 2,
+            exit: Exit::Usage,
             message: message.into(),
             hint: Some(hint.into()),
         }
     }
     pub fn unexpected(message: impl Into<String>) -> Failure {
         Failure {
-            code: 1,
+            exit: Exit::Unexpected,
             message: message.into(),
             hint: None,
         }
     }
     pub fn refused(message: impl Into<String>, hint: impl Into<String>) -> Failure {
         Failure {
-            code: 3,
+            exit: Exit::Refused,
             message: message.into(),
             hint: Some(hint.into()),
         }
     }
 }
 
-pub type Outcome = Result<u8, Failure>;
+/// A store failure: its own hint (none when the message already says what to do); an unsafe home
+/// or an unusable `store` setting is the config's to fix (2), anything else unexpected (1).
+impl From<crate::store::StoreError> for Failure {
+    fn from(e: crate::store::StoreError) -> Failure {
+        use crate::store::StoreError;
+        Failure {
+            exit: match e {
+                StoreError::Unsafe { .. } | StoreError::Config(_) => Exit::Usage,
+                _ => Exit::Unexpected,
+            },
+            message: e.to_string(),
+            hint: e.hint().map(str::to_owned),
+        }
+    }
+}
+
+pub type Outcome = Result<Exit, Failure>;
 
 /// A failure from an error whose message may already say what to do: then no hint repeats it.
-pub fn said(code: u8, error: &dyn std::fmt::Display, says_what_to_do: bool, hint: &str) -> Failure {
+pub fn said(
+    exit: Exit,
+    error: &dyn std::fmt::Display,
+    says_what_to_do: bool,
+    hint: &str,
+) -> Failure {
     Failure {
-        code,
+        exit,
         message: error.to_string(),
         hint: (!says_what_to_do && !hint.is_empty()).then(|| hint.to_owned()),
     }
@@ -144,13 +193,13 @@ pub fn main() -> ExitCode {
         Command::ClientConfig(args) => client_config::run(&args),
     };
     match outcome {
-        Ok(code) => ExitCode::from(code),
+        Ok(exit) => ExitCode::from(exit),
         Err(failure) => {
             eprintln!("cajaguard: {}", failure.message);
             if let Some(hint) = failure.hint {
                 eprintln!("  -> {hint}");
             }
-            ExitCode::from(failure.code)
+            ExitCode::from(failure.exit)
         }
     }
 }
@@ -239,9 +288,9 @@ pub fn open_store(policy: &Policy) -> Result<crate::store::Store, Failure> {
     use cajaguard_core::policy::StoreConfig;
     crate::store::Store::for_policy(policy).map_err(|e| Failure {
         // An unsafe home (world-writable, a link out of it) is the config's trust root to fix: 2.
-        code: if matches!(e, crate::store::StoreError::Unsafe { .. }) { 2 } else { 1 },
+        exit: if matches!(e, crate::store::StoreError::Unsafe { .. }) { Exit::Usage } else { Exit::Unexpected },
         message: e.to_string(),
-        hint: (!e.says_what_to_do()).then(|| match policy.store {
+        hint: e.hint().is_some().then(|| match policy.store {
             StoreConfig::Sqlite => format!(
                 "check that {} is a directory you own",
                 output::shown(&policy.home)
@@ -256,7 +305,7 @@ pub fn open_store(policy: &Policy) -> Result<crate::store::Store, Failure> {
 pub fn load_trusted(policy: &Policy) -> Result<cajaguard_core::approval::TrustedKeys, Failure> {
     crate::keys::load_trusted_keys(&policy.approvals.trusted_keys).map_err(|e| {
         said(
-            2,
+            Exit::Usage,
             &e,
             e.says_what_to_do(),
             "run `cajaguard keygen` or fix approvals.trusted_keys in the config",
@@ -272,45 +321,4 @@ pub fn parse_request_id(id: &str) -> Result<cajaguard_core::approval::RequestId,
             "request ids look like cg-0123456789abcdef",
         )
     })
-}
-
-/// Shop- or agent-supplied text, made safe for a terminal: control characters and ANSI escapes out.
-pub fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // Skip an escape sequence: ESC [ ... final byte, or ESC + one char.
-            if chars.peek() == Some(&'[') {
-                chars.next();
-                for c in chars.by_ref() {
-                    if ('\u{40}'..='\u{7e}').contains(&c) {
-                        break;
-                    }
-                }
-            } else {
-                chars.next();
-            }
-        } else if c.is_control()
-            || ('\u{202a}'..='\u{202e}').contains(&c)
-            || ('\u{2066}'..='\u{2069}').contains(&c)
-        {
-            // Control characters and bidi overrides could disguise what is being approved.
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::printable;
-
-    #[test]
-    fn printable_strips_escapes_and_controls() {
-        assert_eq!(printable("Day\u{1b}[2J\u{1b}[31mpack\r\n\u{7}"), "Daypack");
-        assert_eq!(printable("a\u{202e}b"), "ab");
-        assert_eq!(printable("Tea set 茶"), "Tea set 茶");
-    }
 }

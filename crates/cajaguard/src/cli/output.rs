@@ -42,7 +42,7 @@ pub fn json_outcome(json: bool, outcome: Outcome) -> Outcome {
     if let (true, Err(failure)) = (json, &outcome) {
         let document = serde_json::json!({
             "error": {
-                "exit_code": failure.code,
+                "exit_code": failure.exit.code(),
                 "message": failure.message,
                 "hint": failure.hint,
             }

@@ -1,5 +1,7 @@
 //! `cajaguard pending --config FILE [--json]` and `cajaguard show <id> --config FILE [--json]`
 
+use super::Exit;
+use cajaguard_core::display;
 use std::path::PathBuf;
 
 use cajaguard_core::approval::BasketDigest;
@@ -9,7 +11,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::output::{json_outcome, print_json, shown};
-use super::{Failure, IdArgs, Outcome, printable};
+use super::{Failure, IdArgs, Outcome};
 use crate::store::{ApprovalStatus, PendingRow};
 
 #[derive(clap::Args)]
@@ -37,11 +39,11 @@ fn list(args: &Args) -> Outcome {
             OffsetDateTime::now_utc(),
             policy.approvals.max_ttl,
         )
-        .map_err(|e| Failure::unexpected(e.to_string()))?;
+        .map_err(Failure::from)?;
     if args.json {
         let entries: Vec<Value> = rows.iter().map(crate::status::pending_entry).collect();
         print_json(&json!({ "pending": entries }))?;
-        return Ok(0);
+        return Ok(Exit::Done);
     }
     if rows.is_empty() {
         println!("no payment is waiting for a decision");
@@ -51,12 +53,12 @@ fn list(args: &Args) -> Outcome {
             "{}  {}  {}  {}  {}",
             row.request.request_id,
             amount(&row),
-            printable(&row.request.merchant),
-            printable(&row.request.checkout_id),
+            display::terminal(&row.request.merchant),
+            display::terminal(&row.request.checkout_id),
             row.created_at.format(&Rfc3339).unwrap_or_default()
         );
     }
-    Ok(0)
+    Ok(Exit::Done)
 }
 
 /// Where a stored request stands, as `show` names it.
@@ -95,10 +97,7 @@ fn show_one(args: &IdArgs) -> Outcome {
     let id = super::parse_request_id(&args.id)?;
     let policy = super::load_policy(&args.config)?;
     let store = super::open_store(&policy)?;
-    let Some(row) = store
-        .pending_request(&id)
-        .map_err(|e| Failure::unexpected(e.to_string()))?
-    else {
+    let Some(row) = store.pending_request(&id).map_err(Failure::from)? else {
         return Err(Failure::refused(
             format!("no request {id} in {}", shown(&policy.home)),
             format!(
@@ -111,14 +110,14 @@ fn show_one(args: &IdArgs) -> Outcome {
     let now = OffsetDateTime::now_utc();
     let status = store
         .approval_status(&id, &trusted, now, policy.approvals.max_ttl)
-        .map_err(|e| Failure::unexpected(e.to_string()))?;
+        .map_err(Failure::from)?;
     let state = match status {
         ApprovalStatus::Approved => State::Approved,
         ApprovalStatus::Denied => State::Denied,
         // A request the gate blocked again after its approval was used waits again.
         _ if store
             .pending()
-            .map_err(|e| Failure::unexpected(e.to_string()))?
+            .map_err(Failure::from)?
             .iter()
             .any(|r| r.request.request_id == id) =>
         {
@@ -166,13 +165,13 @@ fn show_one(args: &IdArgs) -> Outcome {
             fields.insert("next".into(), next.clone().into());
         }
         print_json(&document)?;
-        return Ok(0);
+        return Ok(Exit::Done);
     }
 
     println!("request:   {}", request.request_id);
     println!("state:     {} ({})", state.word(), state.meaning());
-    println!("merchant:  {}", printable(&request.merchant));
-    println!("checkout:  {}", printable(&request.checkout_id));
+    println!("merchant:  {}", display::terminal(&request.merchant));
+    println!("checkout:  {}", display::terminal(&request.checkout_id));
     println!("amount:    {}", amount(&row));
     match &now_at_shop {
         Ok((quote, matches)) => {
@@ -180,7 +179,7 @@ fn show_one(args: &IdArgs) -> Outcome {
                 println!(
                     "item:      {} x {} at {}",
                     line.quantity,
-                    printable(&line.title),
+                    display::terminal(&line.title),
                     currency.map_or_else(
                         || format!("{} (minor units)", line.unit_price),
                         |c| money::display(line.unit_price, c)
@@ -189,7 +188,7 @@ fn show_one(args: &IdArgs) -> Outcome {
             }
             println!(
                 "shop now:  {}, {}",
-                printable(&quote.status),
+                display::terminal(&quote.status),
                 if *matches {
                     "the same basket as the request"
                 } else {
@@ -204,7 +203,7 @@ fn show_one(args: &IdArgs) -> Outcome {
         request
             .handler_ids()
             .iter()
-            .map(|h| printable(h))
+            .map(|h| display::terminal(h))
             .collect::<Vec<_>>()
             .join(", ")
     );
@@ -216,7 +215,7 @@ fn show_one(args: &IdArgs) -> Outcome {
     if let Some(next) = next {
         println!("next:      {next}");
     }
-    Ok(0)
+    Ok(Exit::Done)
 }
 
 pub fn amount(row: &PendingRow) -> String {
@@ -224,7 +223,7 @@ pub fn amount(row: &PendingRow) -> String {
         Ok(currency) => money::display(row.request.total, currency),
         Err(_) => format!(
             "{} {} (minor units)",
-            printable(&row.request.currency),
+            display::terminal(&row.request.currency),
             row.request.total
         ),
     }

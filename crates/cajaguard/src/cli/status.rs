@@ -1,5 +1,7 @@
 //! `cajaguard status --config FILE [--json]`
 
+use super::Exit;
+use cajaguard_core::display;
 use std::path::PathBuf;
 
 use super::{Failure, Outcome};
@@ -22,17 +24,17 @@ fn status(args: &Args) -> Outcome {
     let policy = super::load_policy(&args.config)?;
     let store = super::open_store(&policy)?;
     let document = crate::status::document(&policy, &store, time::OffsetDateTime::now_utc())
-        .map_err(|e| Failure::unexpected(e.to_string()))?;
+        .map_err(Failure::from)?;
     if args.json {
         super::output::print_json(&document)?;
-        return Ok(0);
+        return Ok(Exit::Done);
     }
     let text = |v: &serde_json::Value| v.as_str().unwrap_or("?").to_owned();
     if let Some(frozen) = document["frozen"].as_object() {
         println!(
             "PAYMENTS FROZEN since {} ({}): `cajaguard unfreeze --config FILE` lifts it",
             frozen.get("at").map(text).unwrap_or_default(),
-            super::printable(&frozen.get("reason").map(text).unwrap_or_default())
+            display::terminal(&frozen.get("reason").map(text).unwrap_or_default())
         );
     }
     println!(
@@ -73,5 +75,5 @@ fn status(args: &Args) -> Outcome {
     } else {
         println!("waiting for a decision: 0");
     }
-    Ok(0)
+    Ok(Exit::Done)
 }

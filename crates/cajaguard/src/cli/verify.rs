@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::output::{json_outcome, print_json};
-use super::{Failure, IdArgs, Outcome};
+use super::{Exit, Failure, IdArgs, Outcome};
 use crate::store::ApprovalStatus;
 
 pub fn run(args: &IdArgs) -> Outcome {
@@ -23,16 +23,16 @@ fn verify(args: &IdArgs) -> Outcome {
             time::OffsetDateTime::now_utc(),
             policy.approvals.max_ttl,
         )
-        .map_err(|e| Failure::unexpected(e.to_string()))?;
-    let code = match status {
-        ApprovalStatus::Approved => 0,
-        ApprovalStatus::Denied => 4,
-        ApprovalStatus::Pending | ApprovalStatus::Used | ApprovalStatus::Invalid => 3,
+        .map_err(Failure::from)?;
+    let exit = match status {
+        ApprovalStatus::Approved => Exit::Done,
+        ApprovalStatus::Denied => Exit::Denied,
+        ApprovalStatus::Pending | ApprovalStatus::Used | ApprovalStatus::Invalid => Exit::Refused,
     };
     if args.json {
         print_json(&json!({ "request_id": id.as_str(), "status": status.as_str() }))?;
     } else {
         println!("{id}: {}", status.as_str());
     }
-    Ok(code)
+    Ok(exit)
 }

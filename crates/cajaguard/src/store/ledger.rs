@@ -182,7 +182,7 @@ pub(super) fn settle(
     {
         let reason = format!(
             "charged_differs on {}: {}",
-            super::shown_id(checkout_id),
+            cajaguard_core::display::detail(checkout_id),
             charge.differs.join(", ")
         );
         tx.freeze_put(micros(now), &reason)?;

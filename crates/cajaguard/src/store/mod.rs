@@ -120,18 +120,38 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// What to do next, for the CLI; `None` when the message already says it.
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            StoreError::Open { .. }
+            | StoreError::Unavailable { .. }
+            | StoreError::Busy { .. }
+            | StoreError::Incompatible { .. }
+            | StoreError::Inconsistent(_)
+            | StoreError::ClaimLost
+            | StoreError::NotThatFreeze => None,
+            StoreError::Unsafe { .. } => {
+                Some("make the home a directory you own that no other user can write (chmod 700)")
+            }
+            StoreError::Database(_) => Some(
+                "check that the disk has space and that you own the home's files, then run again",
+            ),
+            StoreError::Postgres { .. } => Some(
+                "check the PostgreSQL server's log and the store user's rights, then run again",
+            ),
+            StoreError::Config(_) => Some("fix store.url or store.url_env in the config"),
+            StoreError::Write { .. } => {
+                Some("check that the disk has space and that you own the home, then run again")
+            }
+            StoreError::ApprovalExists { .. } => {
+                Some("run the command again: each approval gets a fresh nonce")
+            }
+        }
+    }
+
     /// The message already says what to do, so the CLI adds no hint that repeats it.
     pub fn says_what_to_do(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Open { .. }
-                | StoreError::Unavailable { .. }
-                | StoreError::Busy { .. }
-                | StoreError::Incompatible { .. }
-                | StoreError::Inconsistent(_)
-                | StoreError::ClaimLost
-                | StoreError::NotThatFreeze
-        )
+        self.hint().is_none()
     }
 }
 
@@ -795,11 +815,6 @@ impl Store {
             Backend::Postgres(db) => db.explain_window_query(from_hour),
         }
     }
-}
-
-/// A checkout id as the freeze reason shows it (agent text: bounded, no control characters).
-fn shown_id(id: &str) -> String {
-    id.chars().filter(|c| !c.is_control()).take(128).collect()
 }
 
 fn micros(at: OffsetDateTime) -> i64 {
