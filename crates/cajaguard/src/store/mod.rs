@@ -10,255 +10,44 @@
 //! write the audit record, commit. No `.await`, no call to the shop inside it. Processes sharing the
 //! store, on one host or many, therefore can never together pass a cap or use one approval twice.
 //!
-//! Layout: [`tx`] is what a transaction can do, whatever the database; [`ledger`] (reservations,
-//! hourly spend buckets), [`approvals`] (candidates, single use, status), [`pending`] and [`audit`]
-//! hold the rules, written once against it; `sqlite/` and `postgres/` hold the SQL.
+//! Layout: [`tx`] is what a transaction can do, whatever the database; [`gate`] the gate's
+//! sequence (`Store::gate`); [`ledger`] (reservations, hourly spend buckets), [`claims`],
+//! [`approvals`] (candidates, single use, status), [`pending`], [`freeze`] and [`audit`] hold the
+//! rules, written once against it; `sqlite/` and `postgres/` hold the SQL. [`error`] and [`rows`]
+//! are what callers get back. `Claim`, `Permit` and `Lease` live here, so that only the store's
+//! own modules can make one.
 
 mod approvals;
 mod audit;
 mod claims;
+mod error;
 mod freeze;
+mod gate;
 mod ledger;
 mod pending;
 mod postgres;
+mod rows;
 mod sqlite;
 mod tx;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use cajaguard_core::approval::{ApprovalDocument, BasketDigest, RequestId, TrustedKeys};
-use cajaguard_core::effect::{ApprovalCandidate, Effect, LedgerView, Outcome, PendingRequest};
+use cajaguard_core::approval::{ApprovalDocument, RequestId, TrustedKeys};
+use cajaguard_core::effect::Outcome;
 use cajaguard_core::freeze::{Frozen, VerifiedUnfreeze};
 use cajaguard_core::policy::{Policy, StoreConfig, StoreUrl};
-use cajaguard_core::quote::Quote;
-use cajaguard_core::request::CompleteRequest;
 use cajaguard_core::settle::Settlement;
 use time::OffsetDateTime;
 
+pub use self::audit::AuditRecord;
 pub use self::claims::Conflict;
+pub use self::error::StoreError;
 pub use self::postgres::CONNECT_TIMEOUT;
+pub use self::rows::{ApprovalStatus, FiledApproval, InFlight, PendingRow, WindowSpend};
 pub use self::tx::ReleasedBy;
 pub use sqlite::schema::{BUSY_TIMEOUT, DB_FILE};
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("cannot open the CajaGuard home {}: {source}; check that the path is right and that you own it", path.display())]
-    Open {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("the CajaGuard home {} is unsafe: {why}", path.display())]
-    Unsafe { path: PathBuf, why: String },
-    #[error("the store's database failed: {0}; the call was refused (nothing was forwarded)")]
-    Database(#[from] rusqlite::Error),
-    /// A statement failed on a live PostgreSQL connection. `target` names the database without
-    /// user or password.
-    #[error(
-        "the PostgreSQL store {target} failed: {}; the call was refused (nothing was forwarded)",
-        self::postgres::detail(source)
-    )]
-    Postgres {
-        target: String,
-        source: ::postgres::Error,
-    },
-    /// The PostgreSQL store cannot be reached (down, restarting, connection cut). Nothing was
-    /// applied; the next call connects again.
-    #[error(
-        "the PostgreSQL store {store} is unreachable ({why}); the call was refused (nothing was forwarded); CajaGuard reconnects on the next call, check that the database is up"
-    )]
-    Unavailable { store: String, why: String },
-    /// The `store` settings cannot be used (an unset `url_env` variable, a URL that does not
-    /// parse). The message never holds the URL's password.
-    #[error("the store setting is unusable: {0}")]
-    Config(String),
-    #[error("cannot write {}: {source}", path.display())]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// An approval with this request id and nonce is already filed; it is never overwritten.
-    #[error(
-        "an approval for {request_id} with this nonce is already filed; it was not overwritten"
-    )]
-    ApprovalExists { request_id: String },
-    /// Another process held the lock the call needed past [`BUSY_TIMEOUT`]. Nothing was applied;
-    /// retrying later is safe.
-    #[error(
-        "the store {store} stayed locked by another CajaGuard process for more than {} s; the call was refused (nothing was forwarded), retry it",
-        BUSY_TIMEOUT.as_secs()
-    )]
-    Busy { store: String },
-    /// The database was written by a newer CajaGuard (its schema version is unknown here).
-    #[error(
-        "the store {store} has schema version {found}, this CajaGuard knows up to {known}; use the newer cajaguard binary or another store"
-    )]
-    Incompatible {
-        store: String,
-        found: i64,
-        known: i64,
-    },
-    /// The payment's claim on its checkout was taken over (it had looked abandoned) before the gate
-    /// decided. Nothing was applied or forwarded; the payment may be sent again.
-    #[error(
-        "this payment's claim on the checkout was taken over by another attempt before the gate decided; nothing was forwarded, send it again"
-    )]
-    ClaimLost,
-    /// An unfreeze names a freeze that is no longer the one in force (already lifted, or frozen
-    /// again since). Nothing was changed.
-    #[error(
-        "the unfreeze names a freeze that is not the one in force; run `cajaguard status` and unfreeze again"
-    )]
-    NotThatFreeze,
-    /// The database holds something that cannot be (a bad value, or an effect that contradicts the
-    /// ledger). Nothing was applied; the call was refused.
-    #[error(
-        "the store is inconsistent: {0}; the call was refused (nothing was forwarded); please report this"
-    )]
-    Inconsistent(String),
-}
-
-impl StoreError {
-    /// What to do next, for the CLI; `None` when the message already says it.
-    pub fn hint(&self) -> Option<&'static str> {
-        match self {
-            StoreError::Open { .. }
-            | StoreError::Unavailable { .. }
-            | StoreError::Busy { .. }
-            | StoreError::Incompatible { .. }
-            | StoreError::Inconsistent(_)
-            | StoreError::ClaimLost
-            | StoreError::NotThatFreeze => None,
-            StoreError::Unsafe { .. } => {
-                Some("make the home a directory you own that no other user can write (chmod 700)")
-            }
-            StoreError::Database(_) => Some(
-                "check that the disk has space and that you own the home's files, then run again",
-            ),
-            StoreError::Postgres { .. } => Some(
-                "check the PostgreSQL server's log and the store user's rights, then run again",
-            ),
-            StoreError::Config(_) => Some("fix store.url or store.url_env in the config"),
-            StoreError::Write { .. } => {
-                Some("check that the disk has space and that you own the home, then run again")
-            }
-            StoreError::ApprovalExists { .. } => {
-                Some("run the command again: each approval gets a fresh nonce")
-            }
-        }
-    }
-
-    /// The message already says what to do, so the CLI adds no hint that repeats it.
-    pub fn says_what_to_do(&self) -> bool {
-        self.hint().is_none()
-    }
-}
-
-/// Where `write_approval` filed a signed approval.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FiledApproval {
-    /// A file in `<home>/approvals/` (SQLite store).
-    File(PathBuf),
-    /// The `approvals` table of the shared store (its redacted address).
-    Database(String),
-}
-
-impl std::fmt::Display for FiledApproval {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FiledApproval::File(path) => write!(f, "{}", path.display()),
-            FiledApproval::Database(store) => write!(f, "filed in the shared store {store}"),
-        }
-    }
-}
-
-/// One audited decision (never a secret: no tokens, no card numbers, no arguments).
-#[derive(Debug, Clone)]
-pub struct AuditRecord {
-    pub at: OffsetDateTime,
-    pub tool: String,
-    pub verdict: String,
-    pub reason: String,
-    pub merchant: Option<String>,
-    pub currency: Option<String>,
-    pub total: Option<i64>,
-    pub request_id: Option<String>,
-    pub idempotency_key: Option<String>,
-    pub checkout_id: Option<String>,
-    pub latency: Duration,
-    /// Free text without secrets (e.g. "shop charged 9900, quoted 8900").
-    pub note: Option<String>,
-}
-
-impl AuditRecord {
-    /// A record for `tool` at `at`; the caller fills in what it knows.
-    pub fn new(at: OffsetDateTime, tool: &str) -> AuditRecord {
-        AuditRecord {
-            at,
-            tool: tool.to_owned(),
-            verdict: String::new(),
-            reason: String::new(),
-            merchant: None,
-            currency: None,
-            total: None,
-            request_id: None,
-            idempotency_key: None,
-            checkout_id: None,
-            latency: Duration::ZERO,
-            note: None,
-        }
-    }
-}
-
-/// A pending request as stored, with what `approve` shows.
-#[derive(Debug, Clone)]
-pub struct PendingRow {
-    pub request: PendingRequest,
-    pub created_at: OffsetDateTime,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ApprovalStatus {
-    Pending,
-    Approved,
-    Used,
-    Denied,
-    Invalid,
-}
-
-impl ApprovalStatus {
-    /// The wire form of `cajaguard_approval_status`: `pending`, `approved`, `used`, `denied`, `invalid`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApprovalStatus::Pending => "pending",
-            ApprovalStatus::Approved => "approved",
-            ApprovalStatus::Used => "used",
-            ApprovalStatus::Denied => "denied",
-            ApprovalStatus::Invalid => "invalid",
-        }
-    }
-}
-
-/// Spend per currency inside the window, minor units.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WindowSpend {
-    pub settled: i64,
-    pub in_flight: i64,
-}
-
-/// A reservation whose outcome is unknown (for reconciliation).
-#[derive(Debug, Clone)]
-pub struct InFlight {
-    pub checkout_id: String,
-    pub idempotency_key: String,
-    pub currency: String,
-    pub total: i64,
-    /// When the payment was last forwarded: the reservation, or a later retry of it.
-    pub reserved_at: OffsetDateTime,
-    /// The paying agent's UCP profile (`None` on rows from schema version 1).
-    pub agent_profile: Option<String>,
-}
 
 /// A payment's claim on its checkout (SPEC §4 step 3a), made by [`Store::claim`] and handed to
 /// [`Store::gate`]. Its holder ends it with [`Store::abandon`] when it forwards nothing.
@@ -418,137 +207,6 @@ impl Store {
             Backend::Sqlite(db) => db.read(f),
             Backend::Postgres(db) => db.run(f),
         }
-    }
-
-    /// SPEC §4 steps 9-12, atomically. `decide` is called inside the transaction, with the ledger
-    /// view for `quote.currency`/`request.checkout_id` over `window` before `now`, and the approvals
-    /// found for `request_id` (with their used flag). It is called once per attempt: PostgreSQL may
-    /// roll an attempt back (deadlock, serialization failure) and run it again, so `decide` must be
-    /// pure, as `gate::decide` is. The outcome's effect is applied and `audit` written before
-    /// commit. If anything fails, nothing is applied and the error is returned: the caller refuses
-    /// (fail closed).
-    ///
-    /// The audit row takes its verdict and reason from the outcome (the caller cannot know them
-    /// before), and its merchant, currency, total, request id, idempotency key and checkout id from
-    /// the inputs where `audit` leaves them empty. Its latency is `audit.latency` plus the time spent
-    /// in here up to the write.
-    ///
-    /// The payment must still hold `claim` ([`StoreError::ClaimLost`] otherwise). A refusal ends
-    /// the claim in the same transaction (unless it belongs to a reservation in flight); a
-    /// forward keeps it until the settlement, and comes with the [`Permit`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn gate(
-        &self,
-        claim: &Claim,
-        request: &CompleteRequest,
-        quote: &Quote,
-        digest: &BasketDigest,
-        window: Duration,
-        now: OffsetDateTime,
-        decide: &mut dyn FnMut(&LedgerView, &[ApprovalCandidate]) -> Outcome,
-        audit: &AuditRecord,
-    ) -> Result<Gated, StoreError> {
-        let started = Instant::now();
-        let request_id = &digest.request_id();
-        let digest_hex = digest.to_hex();
-        if claim.checkout_id != request.checkout_id
-            || claim.idempotency_key != request.idempotency_key
-        {
-            return Err(StoreError::Inconsistent(
-                "the gate was given the claim of another payment".into(),
-            ));
-        }
-        let outcome = self.write(&mut |tx| {
-            tx.lock_currency(&quote.currency)?;
-            tx.lock_checkout(&request.checkout_id)?;
-            let view = ledger::view(tx, &quote.currency, &request.checkout_id, window, now)?;
-            let candidates = approvals::candidates(tx, request_id)?;
-            let outcome = decide(&view, &candidates);
-            // Nothing goes out without the claim: another attempt may have taken over one that
-            // looked abandoned. (A refusal needs none: a settlement may have ended it just now.)
-            if !matches!(outcome.effect, Effect::Refuse { .. })
-                && !claims::held(tx, &request.checkout_id, &request.idempotency_key)?
-            {
-                return Err(StoreError::ClaimLost);
-            }
-            match &outcome.effect {
-                Effect::Forward {
-                    currency,
-                    total,
-                    merchant,
-                    digest: _,
-                    use_approval_nonce,
-                } => {
-                    if *currency != quote.currency {
-                        // The lock taken is the quote's currency: a reservation in another one
-                        // would not be serialized with that currency's gates.
-                        return Err(StoreError::Inconsistent(format!(
-                            "the gate asked to reserve in {currency}, but the checkout is in {}",
-                            quote.currency
-                        )));
-                    }
-                    ledger::reserve(
-                        tx,
-                        &tx::Reservation {
-                            checkout_id: &request.checkout_id,
-                            idempotency_key: &request.idempotency_key,
-                            merchant,
-                            currency,
-                            total: *total,
-                            digest: &digest_hex,
-                            revisit: false,
-                            agent_profile: &request.agent_profile,
-                        },
-                        now,
-                    )?;
-                    if let Some(nonce) = use_approval_nonce {
-                        approvals::mark_used(tx, nonce, request_id, &request.checkout_id, now)?;
-                    }
-                }
-                Effect::Retry => {
-                    ledger::check_retry(tx, &request.checkout_id, &request.idempotency_key, now)?
-                }
-                Effect::Refuse { pending } => {
-                    if let Some(pending) = pending {
-                        tx.upsert_pending(pending, micros(now))?;
-                    }
-                    claims::end_unreserved(tx, &request.checkout_id, &request.idempotency_key)?;
-                }
-            }
-            let mut record = audit.clone();
-            record.verdict = outcome.ruling.verdict().as_str().to_owned();
-            record.reason = outcome.ruling.reason().as_str().to_owned();
-            record.merchant = record.merchant.or_else(|| quote.merchant.clone());
-            record.currency = record.currency.or_else(|| Some(quote.currency.clone()));
-            record.total = record.total.or(Some(quote.total));
-            record.request_id = record
-                .request_id
-                .or_else(|| Some(request_id.as_str().to_owned()));
-            record.idempotency_key = record
-                .idempotency_key
-                .or_else(|| Some(request.idempotency_key.clone()));
-            record.checkout_id = record
-                .checkout_id
-                .or_else(|| Some(request.checkout_id.clone()));
-            record.latency = record.latency.saturating_add(started.elapsed());
-            tx.insert_audit(&record)?;
-            Ok(outcome)
-        })?;
-        // A reservation or a used approval must survive a power cut before the payment goes out.
-        // PostgreSQL's commit is already durable; SQLite's is synced here, outside the write lock.
-        if let (Effect::Forward { .. }, Backend::Sqlite(db)) = (&outcome.effect, &self.backend) {
-            db.sync_wal()?;
-        }
-        let permit = match outcome.effect {
-            Effect::Forward { .. } | Effect::Retry => Some(Permit {
-                checkout_id: request.checkout_id.clone(),
-                idempotency_key: request.idempotency_key.clone(),
-                retry: matches!(outcome.effect, Effect::Retry),
-                forwarded_at: now,
-            }),
-            Effect::Refuse { .. } => None,
-        };
-        Ok(Gated { outcome, permit })
     }
 
     /// Claims `checkout_id` for the payment with `idempotency_key` before its checkout is read back

@@ -1,0 +1,118 @@
+//! What can go wrong in the store, each with what to do next.
+
+use std::path::PathBuf;
+
+use super::BUSY_TIMEOUT;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the CajaGuard home {}: {source}; check that the path is right and that you own it", path.display())]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the CajaGuard home {} is unsafe: {why}", path.display())]
+    Unsafe { path: PathBuf, why: String },
+    #[error("the store's database failed: {0}; the call was refused (nothing was forwarded)")]
+    Database(#[from] rusqlite::Error),
+    /// A statement failed on a live PostgreSQL connection. `target` names the database without
+    /// user or password.
+    #[error(
+        "the PostgreSQL store {target} failed: {}; the call was refused (nothing was forwarded)",
+        super::postgres::detail(source)
+    )]
+    Postgres {
+        target: String,
+        source: ::postgres::Error,
+    },
+    /// The PostgreSQL store cannot be reached (down, restarting, connection cut). Nothing was
+    /// applied; the next call connects again.
+    #[error(
+        "the PostgreSQL store {store} is unreachable ({why}); the call was refused (nothing was forwarded); CajaGuard reconnects on the next call, check that the database is up"
+    )]
+    Unavailable { store: String, why: String },
+    /// The `store` settings cannot be used (an unset `url_env` variable, a URL that does not
+    /// parse). The message never holds the URL's password.
+    #[error("the store setting is unusable: {0}")]
+    Config(String),
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// An approval with this request id and nonce is already filed; it is never overwritten.
+    #[error(
+        "an approval for {request_id} with this nonce is already filed; it was not overwritten"
+    )]
+    ApprovalExists { request_id: String },
+    /// Another process held the lock the call needed past [`BUSY_TIMEOUT`]. Nothing was applied;
+    /// retrying later is safe.
+    #[error(
+        "the store {store} stayed locked by another CajaGuard process for more than {} s; the call was refused (nothing was forwarded), retry it",
+        BUSY_TIMEOUT.as_secs()
+    )]
+    Busy { store: String },
+    /// The database was written by a newer CajaGuard (its schema version is unknown here).
+    #[error(
+        "the store {store} has schema version {found}, this CajaGuard knows up to {known}; use the newer cajaguard binary or another store"
+    )]
+    Incompatible {
+        store: String,
+        found: i64,
+        known: i64,
+    },
+    /// The payment's claim on its checkout was taken over (it had looked abandoned) before the gate
+    /// decided. Nothing was applied or forwarded; the payment may be sent again.
+    #[error(
+        "this payment's claim on the checkout was taken over by another attempt before the gate decided; nothing was forwarded, send it again"
+    )]
+    ClaimLost,
+    /// An unfreeze names a freeze that is no longer the one in force (already lifted, or frozen
+    /// again since). Nothing was changed.
+    #[error(
+        "the unfreeze names a freeze that is not the one in force; run `cajaguard status` and unfreeze again"
+    )]
+    NotThatFreeze,
+    /// The database holds something that cannot be (a bad value, or an effect that contradicts the
+    /// ledger). Nothing was applied; the call was refused.
+    #[error(
+        "the store is inconsistent: {0}; the call was refused (nothing was forwarded); please report this"
+    )]
+    Inconsistent(String),
+}
+
+impl StoreError {
+    /// What to do next, for the CLI; `None` when the message already says it.
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            StoreError::Open { .. }
+            | StoreError::Unavailable { .. }
+            | StoreError::Busy { .. }
+            | StoreError::Incompatible { .. }
+            | StoreError::Inconsistent(_)
+            | StoreError::ClaimLost
+            | StoreError::NotThatFreeze => None,
+            StoreError::Unsafe { .. } => {
+                Some("make the home a directory you own that no other user can write (chmod 700)")
+            }
+            StoreError::Database(_) => Some(
+                "check that the disk has space and that you own the home's files, then run again",
+            ),
+            StoreError::Postgres { .. } => Some(
+                "check the PostgreSQL server's log and the store user's rights, then run again",
+            ),
+            StoreError::Config(_) => Some("fix store.url or store.url_env in the config"),
+            StoreError::Write { .. } => {
+                Some("check that the disk has space and that you own the home, then run again")
+            }
+            StoreError::ApprovalExists { .. } => {
+                Some("run the command again: each approval gets a fresh nonce")
+            }
+        }
+    }
+
+    /// The message already says what to do, so the CLI adds no hint that repeats it.
+    pub fn says_what_to_do(&self) -> bool {
+        self.hint().is_none()
+    }
+}

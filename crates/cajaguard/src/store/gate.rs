@@ -1,0 +1,149 @@
+//! [`Store::gate`]: the gate's sequence in one transaction (SPEC §4 steps 6-12): lock, read the
+//! ledger's view and the approvals, decide (the pure core), apply the effect, audit, commit, make
+//! it durable, and only then hand out the [`Permit`].
+
+use std::time::{Duration, Instant};
+
+use cajaguard_core::approval::BasketDigest;
+use cajaguard_core::effect::{ApprovalCandidate, Effect, LedgerView, Outcome};
+use cajaguard_core::quote::Quote;
+use cajaguard_core::request::CompleteRequest;
+use time::OffsetDateTime;
+
+use super::{
+    AuditRecord, Backend, Claim, Gated, Permit, Store, StoreError, approvals, claims, ledger,
+    micros, tx,
+};
+
+impl Store {
+    /// SPEC §4 steps 9-12, atomically. `decide` is called inside the transaction, with the ledger
+    /// view for `quote.currency`/`request.checkout_id` over `window` before `now`, and the approvals
+    /// found for `request_id` (with their used flag). It is called once per attempt: PostgreSQL may
+    /// roll an attempt back (deadlock, serialization failure) and run it again, so `decide` must be
+    /// pure, as `gate::decide` is. The outcome's effect is applied and `audit` written before
+    /// commit. If anything fails, nothing is applied and the error is returned: the caller refuses
+    /// (fail closed).
+    ///
+    /// The audit row takes its verdict and reason from the outcome (the caller cannot know them
+    /// before), and its merchant, currency, total, request id, idempotency key and checkout id from
+    /// the inputs where `audit` leaves them empty. Its latency is `audit.latency` plus the time spent
+    /// in here up to the write.
+    ///
+    /// The payment must still hold `claim` ([`StoreError::ClaimLost`] otherwise). A refusal ends
+    /// the claim in the same transaction (unless it belongs to a reservation in flight); a
+    /// forward keeps it until the settlement, and comes with the [`Permit`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn gate(
+        &self,
+        claim: &Claim,
+        request: &CompleteRequest,
+        quote: &Quote,
+        digest: &BasketDigest,
+        window: Duration,
+        now: OffsetDateTime,
+        decide: &mut dyn FnMut(&LedgerView, &[ApprovalCandidate]) -> Outcome,
+        audit: &AuditRecord,
+    ) -> Result<Gated, StoreError> {
+        let started = Instant::now();
+        let request_id = &digest.request_id();
+        let digest_hex = digest.to_hex();
+        if claim.checkout_id != request.checkout_id
+            || claim.idempotency_key != request.idempotency_key
+        {
+            return Err(StoreError::Inconsistent(
+                "the gate was given the claim of another payment".into(),
+            ));
+        }
+        let outcome = self.write(&mut |tx| {
+            tx.lock_currency(&quote.currency)?;
+            tx.lock_checkout(&request.checkout_id)?;
+            let view = ledger::view(tx, &quote.currency, &request.checkout_id, window, now)?;
+            let candidates = approvals::candidates(tx, request_id)?;
+            let outcome = decide(&view, &candidates);
+            // Nothing goes out without the claim: another attempt may have taken over one that
+            // looked abandoned. (A refusal needs none: a settlement may have ended it just now.)
+            if !matches!(outcome.effect, Effect::Refuse { .. })
+                && !claims::held(tx, &request.checkout_id, &request.idempotency_key)?
+            {
+                return Err(StoreError::ClaimLost);
+            }
+            match &outcome.effect {
+                Effect::Forward {
+                    currency,
+                    total,
+                    merchant,
+                    digest: _,
+                    use_approval_nonce,
+                } => {
+                    if *currency != quote.currency {
+                        // The lock taken is the quote's currency: a reservation in another one
+                        // would not be serialized with that currency's gates.
+                        return Err(StoreError::Inconsistent(format!(
+                            "the gate asked to reserve in {currency}, but the checkout is in {}",
+                            quote.currency
+                        )));
+                    }
+                    ledger::reserve(
+                        tx,
+                        &tx::Reservation {
+                            checkout_id: &request.checkout_id,
+                            idempotency_key: &request.idempotency_key,
+                            merchant,
+                            currency,
+                            total: *total,
+                            digest: &digest_hex,
+                            revisit: false,
+                            agent_profile: &request.agent_profile,
+                        },
+                        now,
+                    )?;
+                    if let Some(nonce) = use_approval_nonce {
+                        approvals::mark_used(tx, nonce, request_id, &request.checkout_id, now)?;
+                    }
+                }
+                Effect::Retry => {
+                    ledger::check_retry(tx, &request.checkout_id, &request.idempotency_key, now)?
+                }
+                Effect::Refuse { pending } => {
+                    if let Some(pending) = pending {
+                        tx.upsert_pending(pending, micros(now))?;
+                    }
+                    claims::end_unreserved(tx, &request.checkout_id, &request.idempotency_key)?;
+                }
+            }
+            let mut record = audit.clone();
+            record.verdict = outcome.ruling.verdict().as_str().to_owned();
+            record.reason = outcome.ruling.reason().as_str().to_owned();
+            record.merchant = record.merchant.or_else(|| quote.merchant.clone());
+            record.currency = record.currency.or_else(|| Some(quote.currency.clone()));
+            record.total = record.total.or(Some(quote.total));
+            record.request_id = record
+                .request_id
+                .or_else(|| Some(request_id.as_str().to_owned()));
+            record.idempotency_key = record
+                .idempotency_key
+                .or_else(|| Some(request.idempotency_key.clone()));
+            record.checkout_id = record
+                .checkout_id
+                .or_else(|| Some(request.checkout_id.clone()));
+            record.latency = record.latency.saturating_add(started.elapsed());
+            tx.insert_audit(&record)?;
+            Ok(outcome)
+        })?;
+        // A reservation or a used approval must survive a power cut before the payment goes out.
+        // PostgreSQL's commit is already durable; SQLite's is synced here, outside the write lock.
+        if let (Effect::Forward { .. }, Backend::Sqlite(db)) = (&outcome.effect, &self.backend) {
+            db.sync_wal()?;
+        }
+        let permit = match outcome.effect {
+            Effect::Forward { .. } | Effect::Retry => Some(Permit {
+                checkout_id: request.checkout_id.clone(),
+                idempotency_key: request.idempotency_key.clone(),
+                retry: matches!(outcome.effect, Effect::Retry),
+                forwarded_at: now,
+            }),
+            Effect::Refuse { .. } => None,
+        };
+        Ok(Gated { outcome, permit })
+    }
+}
