@@ -108,7 +108,8 @@ pub struct PasskeyApproval {
 
 impl PasskeyApproval {
     pub fn from_json(text: &str) -> Result<PasskeyApproval, PasskeyRejection> {
-        serde_json::from_str(text).map_err(|e| PasskeyRejection::Malformed(super::serde_category(&e)))
+        serde_json::from_str(text)
+            .map_err(|e| PasskeyRejection::Malformed(super::serde_category(&e)))
     }
     pub fn to_json_pretty(&self) -> String {
         let mut text = serde_json::to_string_pretty(self).unwrap_or_default();
@@ -174,7 +175,9 @@ pub fn verify_passkey_approval(
     if !super::nonce_ok(&terms.nonce) {
         return Err(PasskeyRejection::Malformed("nonce"));
     }
-    if RequestId::parse(&terms.request_id).is_err() || BasketDigest::from_hex(&terms.digest).is_none() {
+    if RequestId::parse(&terms.request_id).is_err()
+        || BasketDigest::from_hex(&terms.digest).is_none()
+    {
         return Err(PasskeyRejection::Malformed("request_id/digest"));
     }
 

@@ -48,7 +48,8 @@ pub struct BrowserAssertion {
 
 impl BrowserAssertion {
     pub fn from_json(text: &str) -> Result<BrowserAssertion, PasskeyRejection> {
-        serde_json::from_str(text).map_err(|e| PasskeyRejection::Malformed(super::serde_category(&e)))
+        serde_json::from_str(text)
+            .map_err(|e| PasskeyRejection::Malformed(super::serde_category(&e)))
     }
     pub fn into_assertion(self) -> PasskeyAssertion {
         PasskeyAssertion {

@@ -47,7 +47,9 @@ fn label(map: &[(Value, Value)], label: i128) -> Result<Option<&Value>, PasskeyR
     for (k, v) in map {
         if k.as_integer().map(i128::from) == Some(label) {
             if found.is_some() {
-                return Err(PasskeyRejection::Malformed("a COSE key label appears twice"));
+                return Err(PasskeyRejection::Malformed(
+                    "a COSE key label appears twice",
+                ));
             }
             found = Some(v);
         }
@@ -76,7 +78,9 @@ impl CredentialKey {
     pub(crate) fn from_cose(bytes: &[u8]) -> Result<CredentialKey, PasskeyRejection> {
         match read_item(bytes) {
             Some((value, [])) => CredentialKey::from_value(&value),
-            _ => Err(PasskeyRejection::Malformed("the COSE key is not one CBOR map")),
+            _ => Err(PasskeyRejection::Malformed(
+                "the COSE key is not one CBOR map",
+            )),
         }
     }
 

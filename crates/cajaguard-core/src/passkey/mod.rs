@@ -231,7 +231,8 @@ pub(crate) fn serde_category(e: &serde_json::Error) -> &'static str {
 
 /// RFC 3339 in UTC, as the documents write times.
 pub(crate) fn parse_utc(text: &str) -> Option<time::OffsetDateTime> {
-    let t = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    let t =
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
     (t.offset() == time::UtcOffset::UTC).then_some(t)
 }
 
@@ -256,7 +257,9 @@ pub(crate) fn check_lifetime(
     };
     let lifetime = expires - issued;
     if lifetime <= time::Duration::ZERO {
-        return Err(PasskeyRejection::Malformed("expires_at is not after issued_at"));
+        return Err(PasskeyRejection::Malformed(
+            "expires_at is not after issued_at",
+        ));
     }
     if lifetime > max_ttl {
         return Err(PasskeyRejection::LifetimeTooLong);

@@ -40,7 +40,8 @@ fn public_key_type() -> String {
 
 impl RegistrationResponse {
     pub fn from_json(text: &str) -> Result<RegistrationResponse, PasskeyRejection> {
-        serde_json::from_str(text).map_err(|e| PasskeyRejection::Malformed(super::serde_category(&e)))
+        serde_json::from_str(text)
+            .map_err(|e| PasskeyRejection::Malformed(super::serde_category(&e)))
     }
 }
 
