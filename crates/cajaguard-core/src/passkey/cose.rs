@@ -8,6 +8,8 @@ use super::PasskeyRejection;
 
 /// COSE algorithm identifiers (IANA "COSE Algorithms").
 const ALG_ES256: i128 = -7;
+/// The fully-specified ES256 identifier (RFC 9864): the same algorithm on P-256.
+const ALG_ESP256: i128 = -9;
 const ALG_EDDSA: i128 = -8;
 /// The fully-specified Ed25519 identifier (RFC 9864), which newer authenticators may write.
 const ALG_ED25519: i128 = -19;
@@ -90,7 +92,7 @@ impl CredentialKey {
             .ok_or(PasskeyRejection::Malformed("the COSE key is not a map"))?;
         let (kty, alg, crv) = (int(map, 1)?, int(map, 3)?, int(map, -1)?);
         match (kty, alg, crv) {
-            (KTY_EC2, ALG_ES256, CRV_P256) => {
+            (KTY_EC2, ALG_ES256 | ALG_ESP256, CRV_P256) => {
                 let (x, y) = (coordinate(map, -2)?, coordinate(map, -3)?);
                 let mut sec1 = [0u8; 65];
                 sec1[0] = 0x04;

@@ -3,6 +3,7 @@
 
 mod approval;
 mod registration;
+mod third_party;
 mod unfreeze;
 
 use std::time::Duration;
