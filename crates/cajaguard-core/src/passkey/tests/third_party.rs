@@ -194,7 +194,7 @@ fn passkey_rs_registrations_and_approvals_verify_for_es256_and_eddsa() {
         let response = create(&mut client, alg, true);
         let record = verify_registration(&rp(), &REG_CHALLENGE, &response, "passkey-rs").unwrap();
         assert_eq!(record.algorithm, expected, "{alg:?}");
-        let passkeys = PasskeyRegistry::new(&[record.clone()]).unwrap();
+        let passkeys = PasskeyRegistry::new(std::slice::from_ref(&record)).unwrap();
 
         for decision in [Decision::Approve, Decision::Deny] {
             let terms = terms(&digest(1), decision);
