@@ -78,7 +78,25 @@ impl PasskeyApprovalTerms {
 
     /// The WebAuthn challenge: SHA-256 of [`APPROVAL_CHALLENGE_CONTEXT`] ‖ RFC 8785 of the terms.
     pub fn challenge(&self) -> [u8; 32] {
-        challenge(APPROVAL_CHALLENGE_CONTEXT, self)
+        if !(-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&self.total) {
+            return challenge(APPROVAL_CHALLENGE_CONTEXT, self);
+        }
+        let sorted = SortedApprovalTerms {
+            checkout_id: &self.checkout_id,
+            checkpoint: self.checkpoint.as_deref(),
+            currency: &self.currency,
+            decision: &self.decision,
+            digest: &self.digest,
+            expires_at: &self.expires_at,
+            issued_at: &self.issued_at,
+            merchant: &self.merchant,
+            nonce: &self.nonce,
+            note: &self.note,
+            request_id: &self.request_id,
+            total: self.total,
+            version: self.version,
+        };
+        sorted_challenge(APPROVAL_CHALLENGE_CONTEXT, &sorted)
     }
 
     /// The challenge as the page hands it to `navigator.credentials.get` (base64url).
@@ -87,7 +105,40 @@ impl PasskeyApprovalTerms {
     }
 }
 
-/// SHA-256 of `context` and the RFC 8785 bytes of `terms`. The terms are strings, integers and
+/// Integers JSON carries exactly (±(2^53-1)); RFC 8785 writes them in plain decimal.
+const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
+/// The approval terms with their keys in RFC 8785 order (ASCII keys: byte order).
+#[derive(serde::Serialize)]
+struct SortedApprovalTerms<'a> {
+    checkout_id: &'a str,
+    checkpoint: Option<&'a str>,
+    currency: &'a str,
+    decision: &'a str,
+    digest: &'a str,
+    expires_at: &'a str,
+    issued_at: &'a str,
+    merchant: &'a str,
+    nonce: &'a str,
+    note: &'a str,
+    request_id: &'a str,
+    total: i64,
+    version: u32,
+}
+
+/// The challenge over a struct whose fields are declared in RFC 8785 key order and hold only
+/// strings, null and safe integers. `serde_json` writes those exactly as RFC 8785 does (strings
+/// escaped the same way, integers in decimal), so its output is the canonical form, in a small
+/// part of the time `serde_json_canonicalizer` takes on the gate's path; tests check both agree.
+pub(crate) fn sorted_challenge<T: serde::Serialize>(context: &[u8], sorted: &T) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(context);
+    hasher.update(serde_json::to_vec(sorted).unwrap_or_default());
+    hasher.finalize().into()
+}
+
+/// SHA-256 of `context` and the RFC 8785 bytes of `terms`, by `serde_json_canonicalizer`: the
+/// reference, and the path for totals outside the safe integers. The terms are strings, integers and
 /// null, which always encode; the empty fallback only keeps a panic path unreachable, and a
 /// challenge over it matches no assertion made for real terms.
 pub(crate) fn challenge<T: serde::Serialize>(context: &[u8], terms: &T) -> [u8; 32] {

@@ -4,7 +4,7 @@
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use super::approval::challenge;
+use super::approval::sorted_challenge;
 use super::assertion::{PasskeyAssertion, verify_assertion};
 use super::registration::PasskeyRegistry;
 use super::{
@@ -57,11 +57,32 @@ impl PasskeyUnfreezeTerms {
     }
     /// SHA-256 of [`UNFREEZE_CHALLENGE_CONTEXT`] ‖ RFC 8785 of the terms.
     pub fn challenge(&self) -> [u8; 32] {
-        challenge(UNFREEZE_CHALLENGE_CONTEXT, self)
+        let sorted = SortedUnfreezeTerms {
+            checkpoint: self.checkpoint.as_deref(),
+            expires_at: &self.expires_at,
+            frozen_at: &self.frozen_at,
+            issued_at: &self.issued_at,
+            nonce: &self.nonce,
+            note: &self.note,
+            version: self.version,
+        };
+        sorted_challenge(UNFREEZE_CHALLENGE_CONTEXT, &sorted)
     }
     pub fn challenge_b64url(&self) -> String {
         b64::encode(&self.challenge())
     }
+}
+
+/// The unfreeze terms with their keys in RFC 8785 order (see [`sorted_challenge`]).
+#[derive(serde::Serialize)]
+struct SortedUnfreezeTerms<'a> {
+    checkpoint: Option<&'a str>,
+    expires_at: &'a str,
+    frozen_at: &'a str,
+    issued_at: &'a str,
+    nonce: &'a str,
+    note: &'a str,
+    version: u32,
 }
 
 /// A passkey unfreeze: the terms and the assertion over them.

@@ -2,6 +2,7 @@
 //! algorithm and ceremony, and one test per rejection, each failing without the check it names.
 
 mod approval;
+mod canonical;
 mod registration;
 mod third_party;
 mod unfreeze;
