@@ -207,6 +207,20 @@ fn another_origin_or_a_cross_origin_frame_is_refused() {
         |a| a.client_data_extra = r#","topOrigin":"http://evil.example""#.to_owned(),
         PasskeyRejection::WrongOrigin,
     );
+    // Signed inside another site's frame: `crossOrigin` true.
+    for mut auth in SoftAuthenticator::both() {
+        let mut doc = approve(&mut auth, terms(&digest(1), Decision::Approve));
+        let a = &mut doc.assertion;
+        let text = String::from_utf8(std::mem::take(&mut a.client_data_json)).unwrap();
+        a.client_data_json = text
+            .replace(r#""crossOrigin":false"#, r#""crossOrigin":true"#)
+            .into_bytes();
+        a.signature = auth.sign(&a.authenticator_data, &a.client_data_json);
+        assert_eq!(
+            check(&auth, &doc).unwrap_err(),
+            PasskeyRejection::WrongOrigin
+        );
+    }
     // `crossOrigin` is already false in the client data; a second member is tampering.
     refused_with(
         |a| a.client_data_extra = r#","crossOrigin":true"#.to_owned(),
@@ -283,64 +297,34 @@ fn client_data_that_no_browser_writes_is_tampered() {
     }
 }
 
+/// (counter the authenticator presents, counter stored) -> the counter to keep, or the rejection.
 #[test]
 fn a_non_zero_counter_must_grow() {
-    for mut auth in SoftAuthenticator::both() {
-        auth.counter = Some(5);
-        let doc = approve(&mut auth, terms(&digest(1), Decision::Approve));
-        let verify = |count| {
-            verify_passkey_approval(
-                &doc,
-                &registry(&auth, count),
-                &rp(),
-                &digest(1),
-                NOW,
-                MAX_TTL,
-            )
-        };
-        assert_eq!(verify(4).unwrap().sign_count(), 5);
-        assert_eq!(verify(0).unwrap().sign_count(), 5);
+    let grown = |stored, presented| PasskeyRejection::CounterNotGrown { stored, presented };
+    let table = [
+        (Some(5), 4, Ok(5)),
+        (Some(5), 0, Ok(5)),
         // The same counter again is a replay or a clone; a smaller one has gone backwards.
-        assert_eq!(
-            verify(5).unwrap_err(),
-            PasskeyRejection::CounterNotGrown {
-                stored: 5,
-                presented: 5
-            }
-        );
-        assert_eq!(
-            verify(9).unwrap_err(),
-            PasskeyRejection::CounterNotGrown {
-                stored: 9,
-                presented: 5
-            }
-        );
-    }
-}
-
-#[test]
-fn an_authenticator_without_a_counter_passes_with_zero_but_not_against_a_stored_count() {
-    for mut auth in SoftAuthenticator::both() {
-        auth.counter = None;
-        let doc = approve(&mut auth, terms(&digest(1), Decision::Approve));
-        let with = |count| {
-            verify_passkey_approval(
-                &doc,
-                &registry(&auth, count),
-                &rp(),
-                &digest(1),
-                NOW,
-                MAX_TTL,
-            )
-        };
-        assert_eq!(with(0).unwrap().sign_count(), 0);
-        assert_eq!(
-            with(3).unwrap_err(),
-            PasskeyRejection::CounterNotGrown {
-                stored: 3,
-                presented: 0
-            }
-        );
+        (Some(5), 5, Err(grown(5, 5))),
+        (Some(5), 9, Err(grown(9, 5))),
+        // An authenticator that keeps no counter: zero against zero passes (WebAuthn §7.2).
+        (None, 0, Ok(0)),
+        (None, 3, Err(grown(3, 0))),
+    ];
+    for make in [SoftAuthenticator::es256, SoftAuthenticator::eddsa] {
+        for (presented, stored, expected) in table {
+            let mut auth = make();
+            auth.counter = presented;
+            let doc = approve(&mut auth, terms(&digest(1), Decision::Approve));
+            let passkeys = registry(&auth, stored);
+            let result = verify_passkey_approval(&doc, &passkeys, &rp(), &digest(1), NOW, MAX_TTL);
+            assert_eq!(
+                result.map(|v| v.sign_count()),
+                expected,
+                "{} presented {presented:?} stored {stored}",
+                auth.name()
+            );
+        }
     }
 }
 
