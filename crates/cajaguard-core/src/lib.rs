@@ -27,6 +27,7 @@ pub mod error;
 pub mod freeze;
 pub mod gate;
 pub mod money;
+pub mod passkey;
 pub mod policy;
 pub mod quote;
 pub mod request;
