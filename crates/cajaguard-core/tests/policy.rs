@@ -443,3 +443,77 @@ fn redact_url_keeps_only_where_the_database_is() {
     );
     assert_eq!(redact_url("not a url"), "<unparsable URL>");
 }
+
+#[test]
+fn approvals_web_and_require_default_to_no_page_and_key_files() {
+    use cajaguard_core::policy::RequiredApproval;
+    let p = policy();
+    assert_eq!(p.approvals.web, None);
+    assert_eq!(p.approvals.require, RequiredApproval::Key);
+    assert!(p.approvals.require.accepts_key_file());
+    assert!(!p.approvals.require.accepts_passkey());
+}
+
+#[test]
+fn approvals_web_gives_the_localhost_origin_and_require_its_kinds() {
+    use cajaguard_core::policy::RequiredApproval;
+    let p = parse(&with(|c| {
+        c["approvals"]["web"] = json!({ "listen": "127.0.0.1:8377" });
+        c["approvals"]["require"] = json!("passkey");
+    }))
+    .unwrap();
+    let web = p.approvals.web.unwrap();
+    assert_eq!(web.origin(), "http://localhost:8377");
+    assert_eq!(web.host(), "localhost:8377");
+    assert_eq!(web.relying_party().rp_id(), "localhost");
+    assert_eq!(
+        web.request_url("cg-ab12"),
+        "http://localhost:8377/requests/cg-ab12"
+    );
+    assert_eq!(p.approvals.require, RequiredApproval::Passkey);
+    assert!(!p.approvals.require.accepts_key_file());
+    assert!(p.approvals.require.accepts_passkey());
+
+    let p = parse(&with(|c| {
+        c["approvals"]["web"] = json!({ "listen": "[::1]:9000" });
+        c["approvals"]["require"] = json!("any");
+    }))
+    .unwrap();
+    assert_eq!(p.approvals.web.unwrap().origin(), "http://localhost:9000");
+    assert_eq!(p.approvals.require, RequiredApproval::Any);
+    assert!(p.approvals.require.accepts_key_file() && p.approvals.require.accepts_passkey());
+}
+
+#[test]
+fn approvals_web_and_require_refuse_what_cannot_work() {
+    let web = |listen: Value| with(|c| c["approvals"]["web"] = json!({ "listen": listen }));
+    for listen in [
+        "0.0.0.0:8377",
+        "192.168.1.2:8377",
+        "[::]:8377",
+        "localhost:8377",
+        "8377",
+    ] {
+        refused(&web(json!(listen)), "$.approvals.web.listen");
+    }
+    let msg = refused(&web(json!("127.0.0.1:0")), "$.approvals.web.listen");
+    assert!(msg.contains("port"), "{msg}");
+    refused(&web(json!(8377)), "$.approvals.web.listen");
+    refused(
+        &with(|c| c["approvals"]["web"] = json!({})),
+        "$.approvals.web.listen",
+    );
+    refused(
+        &with(|c| c["approvals"]["web"] = json!({ "listen": "127.0.0.1:8377", "tls": true })),
+        "$.approvals.web.tls",
+    );
+    refused(
+        &with(|c| c["approvals"]["require"] = json!("both")),
+        "$.approvals.require",
+    );
+    let msg = refused(
+        &with(|c| c["approvals"]["require"] = json!("passkey")),
+        "$.approvals.require",
+    );
+    assert!(msg.contains("approvals.web"), "{msg}");
+}

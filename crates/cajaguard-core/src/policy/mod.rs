@@ -44,6 +44,67 @@ pub struct ApprovalPolicy {
     /// Paths of trusted public keys (`~` and relative paths already resolved). Loaded at the edge.
     pub trusted_keys: Vec<PathBuf>,
     pub max_ttl: Duration,
+    /// `approvals.web`: the local approval page; `None` when not configured.
+    pub web: Option<WebPolicy>,
+    /// `approvals.require`: which approvals the gate counts.
+    pub require: RequiredApproval,
+}
+
+/// `approvals.require` (SPEC §6): which kinds of approval the gate accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RequiredApproval {
+    /// Key-file approvals only (the default, as before passkeys).
+    #[default]
+    Key,
+    /// Passkey approvals only: a key file on the agent's disk approves nothing.
+    Passkey,
+    /// Either kind.
+    Any,
+}
+
+impl RequiredApproval {
+    pub fn accepts_key_file(self) -> bool {
+        matches!(self, RequiredApproval::Key | RequiredApproval::Any)
+    }
+    pub fn accepts_passkey(self) -> bool {
+        matches!(self, RequiredApproval::Passkey | RequiredApproval::Any)
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequiredApproval::Key => "key",
+            RequiredApproval::Passkey => "passkey",
+            RequiredApproval::Any => "any",
+        }
+    }
+}
+
+/// `approvals.web` (SPEC §6): where the approval page listens. Invariant: a loopback address
+/// with a non-zero port; the origin is `http://localhost:<port>` and the RP ID `localhost`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebPolicy {
+    pub listen: std::net::SocketAddr,
+}
+
+impl WebPolicy {
+    pub fn port(&self) -> u16 {
+        self.listen.port()
+    }
+    /// The relying party every passkey on this page is registered for.
+    pub fn relying_party(&self) -> crate::passkey::RelyingParty {
+        crate::passkey::RelyingParty::localhost(self.port())
+    }
+    /// The one origin the page is served from, as browsers serialise it.
+    pub fn origin(&self) -> String {
+        self.relying_party().origin().to_owned()
+    }
+    /// The `Host` header a browser sends for [`WebPolicy::origin`]: `localhost:<port>`.
+    pub fn host(&self) -> String {
+        format!("localhost:{}", self.port())
+    }
+    /// The page of one pending request.
+    pub fn request_url(&self, request_id: &str) -> String {
+        format!("{}/requests/{request_id}", self.origin())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -212,6 +273,8 @@ impl Policy {
             None => ApprovalPolicy {
                 trusted_keys: Vec::new(),
                 max_ttl: Duration::from_secs(DEFAULT_MAX_TTL_MINUTES * 60),
+                web: None,
+                require: RequiredApproval::Key,
             },
             Some(v) => cx.approvals(v)?,
         };

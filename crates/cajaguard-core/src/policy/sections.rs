@@ -99,7 +99,11 @@ impl Cx<'_, '_> {
     pub(super) fn approvals(&self, v: &Value) -> Result<ApprovalPolicy, Error> {
         let p = "$.approvals";
         let obj = self.object(v, p)?;
-        self.only(obj, p, &["trusted_keys", "max_ttl_minutes"])?;
+        self.only(
+            obj,
+            p,
+            &["trusted_keys", "max_ttl_minutes", "web", "require"],
+        )?;
         let mut trusted_keys = Vec::new();
         if let Some(k) = obj.get("trusted_keys") {
             for (i, item) in self
@@ -115,10 +119,65 @@ impl Cx<'_, '_> {
             None => DEFAULT_MAX_TTL_MINUTES,
             Some(m) => self.bounded_int(m, "$.approvals.max_ttl_minutes", 1, 7 * 24 * 60)?,
         };
+        let web = obj.get("web").map(|w| self.web(w)).transpose()?;
+        let require = match obj.get("require") {
+            None => RequiredApproval::Key,
+            Some(r) => match self.string(r, "$.approvals.require")? {
+                "key" => RequiredApproval::Key,
+                "passkey" => RequiredApproval::Passkey,
+                "any" => RequiredApproval::Any,
+                _ => {
+                    return Err(self.err(
+                        "$.approvals.require",
+                        "must be \"key\" (approver key files), \"passkey\" (passkeys on the approval page) or \"any\"",
+                    ));
+                }
+            },
+        };
+        // A passkey-only gate without the page could never approve anything: every payment above
+        // the approval threshold would block for good. Said at load rather than found at checkout.
+        if require == RequiredApproval::Passkey && web.is_none() {
+            return Err(self.err(
+                "$.approvals.require",
+                "is \"passkey\" but approvals.web is not set: add \"web\": {\"listen\": \"127.0.0.1:8377\"} so a human can approve on the page",
+            ));
+        }
         Ok(ApprovalPolicy {
             trusted_keys,
             max_ttl: Duration::from_secs(minutes * 60),
+            web,
+            require,
         })
+    }
+
+    /// `approvals.web`: `{"listen": "IP:PORT"}` on a loopback address. The page is for the human
+    /// at this machine; WebAuthn's origin is `http://localhost:<port>`, which only a loopback
+    /// listener serves without TLS, and nothing off the machine should reach it.
+    fn web(&self, v: &Value) -> Result<WebPolicy, Error> {
+        let p = "$.approvals.web";
+        let obj = self.object(v, p)?;
+        self.only(obj, p, &["listen"])?;
+        let lp = "$.approvals.web.listen";
+        let text = self.string(self.required(obj, p, "listen")?, lp)?;
+        let Ok(listen) = text.parse::<std::net::SocketAddr>() else {
+            return Err(self.err(
+                lp,
+                "must be a loopback IP and port, like \"127.0.0.1:8377\" or \"[::1]:8377\"",
+            ));
+        };
+        if !listen.ip().is_loopback() {
+            return Err(self.err(
+                lp,
+                "must be a loopback address (127.0.0.1 or ::1): the approval page is for the human at this machine, never the network",
+            ));
+        }
+        if listen.port() == 0 {
+            return Err(self.err(
+                lp,
+                "needs a fixed port (not 0): passkeys are bound to the page's origin http://localhost:<port>",
+            ));
+        }
+        Ok(WebPolicy { listen })
     }
 
     /// `store`: exactly one of `url` (a `postgres://` URL) or `url_env` (the name of a variable
