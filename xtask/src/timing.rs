@@ -15,7 +15,9 @@ use cajaguard::store::{AuditRecord, Store};
 use cajaguard_core::approval::{
     self, ApprovalDocument, ApprovalTerms, BasketDigest, Decision, SigningKey, TrustedKeys,
 };
-use cajaguard_core::effect::{ApprovalCandidate, CheckoutLedger, LedgerView, Outcome};
+use cajaguard_core::effect::{
+    ApprovalCandidate, CheckoutLedger, LedgerView, Outcome, PasskeyCandidate,
+};
 use cajaguard_core::gate::{self, Facts};
 use cajaguard_core::policy::{ConfigOrigin, Policy};
 use cajaguard_core::quote::Quote;
@@ -403,6 +405,7 @@ fn core_rows(t: &mut Timing, sizes: Sizes) -> Result<()> {
             digest,
             ledger: &ledger,
             approvals,
+            passkey_approvals: &[],
             trusted_keys: &c.trusted,
             now: c.now,
         };
@@ -677,18 +680,20 @@ fn gate_allow_samples(
                 Duration::from_secs(60),
             )?
             .map_err(|conflict| anyhow!("the checkout could not be claimed: {conflict:?}"))?;
-        let mut decide = |ledger: &LedgerView, approvals: &[ApprovalCandidate]| {
-            let facts = Facts {
-                request: &request,
-                quote: &quote,
-                digest: &digest,
-                ledger,
-                approvals,
-                trusted_keys: &c.trusted,
-                now,
+        let mut decide =
+            |ledger: &LedgerView, approvals: &[ApprovalCandidate], _: &[PasskeyCandidate]| {
+                let facts = Facts {
+                    request: &request,
+                    quote: &quote,
+                    digest: &digest,
+                    ledger,
+                    approvals,
+                    passkey_approvals: &[],
+                    trusted_keys: &c.trusted,
+                    now,
+                };
+                gate::decide(policy, &facts)
             };
-            gate::decide(policy, &facts)
-        };
         let gated = store.gate(
             &claim,
             &request,

@@ -138,6 +138,7 @@ fn bench(c: &mut Criterion) {
         digest,
         ledger: &ledger,
         approvals,
+        passkey_approvals: &[],
         trusted_keys: &trusted,
         now,
     };

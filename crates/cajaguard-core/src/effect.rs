@@ -5,6 +5,7 @@
 use crate::approval::ApprovalDocument;
 use crate::digest::{BasketDigest, RequestId};
 use crate::freeze::Frozen;
+use crate::passkey::{PasskeyApproval, RegisteredPasskey};
 use crate::request::Instrument;
 use crate::verdict::Ruling;
 
@@ -43,6 +44,25 @@ pub struct ApprovalCandidate {
     pub used: bool,
 }
 
+/// A passkey approval found for this request id (SPEC §6), the registered passkey its assertion
+/// names as read in the gate's transaction (`None`: no such passkey here), and whether its nonce
+/// was used.
+#[derive(Debug, Clone)]
+pub struct PasskeyCandidate {
+    pub document: PasskeyApproval,
+    pub passkey: Option<RegisteredPasskey>,
+    pub used: bool,
+}
+
+/// The signature counter a passkey approval moved on. The store keeps `to` only if the passkey
+/// still holds `from` (compare-and-set): two uses that both read `from` cannot both pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PasskeyCounter {
+    pub credential_id: Vec<u8>,
+    pub from: u32,
+    pub to: u32,
+}
+
 /// The pending request the store writes when the gate blocks (so `approve` can show it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingRequest {
@@ -71,13 +91,14 @@ impl PendingRequest {
 pub enum Effect {
     /// Forward the call: reserve `total` against `currency` for this checkout and idempotency key
     /// (with the request digest, so a retry can be matched to it), and mark the approval with this
-    /// nonce used (if any).
+    /// nonce used (if any); for a passkey approval, move its passkey's counter on.
     Forward {
         currency: String,
         total: i64,
         merchant: String,
         digest: BasketDigest,
         use_approval_nonce: Option<String>,
+        advance_passkey: Option<PasskeyCounter>,
     },
     /// Forward again without a new reservation or approval (idempotent retry, §4.13).
     Retry,

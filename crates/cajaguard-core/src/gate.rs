@@ -9,10 +9,12 @@ use crate::approval::{self, Decision, Rejection, TrustedKeys};
 use crate::digest::BasketDigest;
 use crate::display;
 use crate::effect::{
-    ApprovalCandidate, CheckoutLedger, Effect, LedgerView, Outcome, PendingRequest,
+    ApprovalCandidate, CheckoutLedger, Effect, LedgerView, Outcome, PasskeyCandidate,
+    PasskeyCounter, PendingRequest,
 };
 use crate::freeze::Frozen;
 use crate::money::{self, Currency};
+use crate::passkey::{self, PasskeyRegistry, PasskeyRejection};
 use crate::policy::{Mode, Policy};
 use crate::quote::Quote;
 use crate::request::CompleteRequest;
@@ -67,6 +69,8 @@ pub struct Facts<'a> {
     pub digest: &'a BasketDigest,
     pub ledger: &'a LedgerView,
     pub approvals: &'a [ApprovalCandidate],
+    /// Passkey approvals for the request id (SPEC §6); counted only with `approvals.web`.
+    pub passkey_approvals: &'a [PasskeyCandidate],
     pub trusted_keys: &'a TrustedKeys,
     pub now: OffsetDateTime,
 }
@@ -246,6 +250,7 @@ pub fn decide(policy: &Policy, facts: &Facts<'_>) -> Outcome {
                 merchant: merchant.clone(),
                 digest: *facts.digest,
                 use_approval_nonce: None,
+                advance_passkey: None,
             },
         };
     }
@@ -273,6 +278,118 @@ fn more_informative(a: Option<(u8, Reason)>, b: Option<(u8, Reason)>) -> Option<
     }
 }
 
+/// What the approvals found say, after verification: a deny, a usable approval (its nonce, and
+/// the passkey counter to move on), or the most informative reason none is usable.
+#[derive(Default)]
+struct Found {
+    deny: bool,
+    usable: Option<(String, Option<PasskeyCounter>)>,
+    best: Option<(u8, Reason)>,
+    /// A valid approval of a kind `approvals.require` does not count was found.
+    refused_kind: bool,
+}
+
+impl Found {
+    /// One verified document: a deny is honoured whatever its kind (refusing fails closed); an
+    /// approval counts only if `approvals.require` accepts its kind, and only once.
+    fn verified(
+        &mut self,
+        decision: Decision,
+        accepted: bool,
+        used: bool,
+        nonce: &str,
+        counter: Option<PasskeyCounter>,
+    ) {
+        if decision == Decision::Deny {
+            self.deny = true;
+        } else if !accepted {
+            self.refused_kind = true;
+        } else if used {
+            self.best = more_informative(self.best, Some((6, Reason::ApprovalAlreadyUsed)));
+        } else if self.usable.is_none() {
+            self.usable = Some((nonce.to_owned(), counter));
+        }
+    }
+}
+
+/// Rank of a passkey rejection, on the key-file scale of [`rejection_rank`].
+fn passkey_rejection_rank(r: PasskeyRejection) -> Option<(u8, Reason)> {
+    match r {
+        PasskeyRejection::OtherBasket => None,
+        PasskeyRejection::UnregisteredCredential => Some((4, Reason::ApprovalUntrustedKey)),
+        PasskeyRejection::Expired => Some((3, Reason::ApprovalExpired)),
+        PasskeyRejection::LifetimeTooLong => Some((2, Reason::ApprovalTtlTooLong)),
+        PasskeyRejection::Malformed(_) => Some((1, Reason::ApprovalBadSignature)),
+        // Wrong origin, RP, flags, challenge, signature or counter: it cannot be trusted.
+        _ => Some((5, Reason::ApprovalBadSignature)),
+    }
+}
+
+fn find_approvals(policy: &Policy, facts: &Facts<'_>, digest: &BasketDigest) -> Found {
+    let require = policy.approvals.require;
+    let mut found = Found::default();
+    for candidate in facts.approvals {
+        match approval::verify(
+            &candidate.document,
+            facts.trusted_keys,
+            digest,
+            facts.now,
+            policy.approvals.max_ttl,
+        ) {
+            Ok(v) => found.verified(
+                v.decision(),
+                require.accepts_key_file(),
+                candidate.used,
+                v.nonce(),
+                None,
+            ),
+            Err(r) => found.best = more_informative(found.best, rejection_rank(r)),
+        }
+    }
+    // Without the page there is no relying party a passkey could have signed for.
+    let Some(web) = &policy.approvals.web else {
+        return found;
+    };
+    let rp = web.relying_party();
+    for candidate in facts.passkey_approvals {
+        let Some(registered) = &candidate.passkey else {
+            found.best = more_informative(
+                found.best,
+                passkey_rejection_rank(PasskeyRejection::UnregisteredCredential),
+            );
+            continue;
+        };
+        let verified = PasskeyRegistry::new(std::slice::from_ref(registered)).and_then(|reg| {
+            passkey::verify_passkey_approval(
+                &candidate.document,
+                &reg,
+                &rp,
+                digest,
+                facts.now,
+                policy.approvals.max_ttl,
+            )
+        });
+        match verified {
+            Ok(v) => {
+                let counter = PasskeyCounter {
+                    credential_id: v.credential_id().to_vec(),
+                    from: registered.sign_count,
+                    to: v.sign_count(),
+                };
+                found.verified(
+                    v.decision(),
+                    require.accepts_passkey(),
+                    candidate.used,
+                    v.nonce(),
+                    Some(counter),
+                );
+            }
+            Err(r) => found.best = more_informative(found.best, passkey_rejection_rank(r)),
+        }
+    }
+    found
+}
+
 fn approval_step(
     policy: &Policy,
     facts: &Facts<'_>,
@@ -284,46 +401,33 @@ fn approval_step(
     let digest = *facts.digest;
     let request_id = digest.request_id();
 
-    let mut usable_nonce: Option<String> = None;
-    let mut best: Option<(u8, Reason)> = None;
-    for candidate in facts.approvals {
-        match approval::verify(
-            &candidate.document,
-            facts.trusted_keys,
-            &digest,
-            facts.now,
-            policy.approvals.max_ttl,
-        ) {
-            Ok(v) if v.decision() == Decision::Deny => {
-                let ruling = Ruling::new(
-                    Reason::ApprovalDenied,
-                    format!(
-                        "a human signed a deny for {} at {}",
-                        money::display(quote.total, cur),
-                        display::detail(merchant)
-                    ),
-                )
-                .with_request_id(request_id);
-                return Outcome {
-                    ruling,
-                    effect: Effect::Refuse { pending: None },
-                };
-            }
-            Ok(v) if !candidate.used => {
-                if usable_nonce.is_none() {
-                    usable_nonce = Some(v.nonce().to_owned());
-                }
-            }
-            Ok(_) => best = more_informative(best, Some((6, Reason::ApprovalAlreadyUsed))),
-            Err(r) => best = more_informative(best, rejection_rank(r)),
-        }
+    let found = find_approvals(policy, facts, &digest);
+    if found.deny {
+        let ruling = Ruling::new(
+            Reason::ApprovalDenied,
+            format!(
+                "a human signed a deny for {} at {}",
+                money::display(quote.total, cur),
+                display::detail(merchant)
+            ),
+        )
+        .with_request_id(request_id);
+        return Outcome {
+            ruling,
+            effect: Effect::Refuse { pending: None },
+        };
     }
 
-    if let Some(nonce) = usable_nonce {
+    if let Some((nonce, counter)) = found.usable {
+        let by = if counter.is_some() {
+            "a passkey approval"
+        } else {
+            "a signed approval"
+        };
         let ruling = Ruling::new(
             Reason::SignedApproval,
             format!(
-                "{} at {} is approved by a signed approval (used now, once)",
+                "{} at {} is approved by {by} (used now, once)",
                 money::display(quote.total, cur),
                 display::detail(merchant)
             ),
@@ -337,9 +441,11 @@ fn approval_step(
                 merchant: merchant.to_owned(),
                 digest,
                 use_approval_nonce: Some(nonce),
+                advance_passkey: counter,
             },
         };
     }
+    let best = found.best;
 
     let why = if over_threshold {
         format!(
@@ -373,20 +479,42 @@ fn approval_step(
             "the approval found lives longer than approvals.max_ttl_minutes allows",
         ),
     };
-    let next = format!(
-        "cajaguard approve {request_id} --config {}",
-        policy.source.display()
-    );
-    let ruling = Ruling::new(
+    let lead = if found.refused_kind && reason == Reason::PendingApproval {
+        "the approval found is signed with an approver key file, which approvals.require \"passkey\" does not count"
+    } else {
+        lead
+    };
+    let url = policy
+        .approvals
+        .web
+        .as_ref()
+        .map(|web| web.request_url(request_id.as_str()));
+    // With "passkey" the terminal cannot approve: the human is sent to the page alone.
+    let next = match (&url, policy.approvals.require.accepts_key_file()) {
+        (Some(url), false) => format!("a human approves with a passkey at {url}"),
+        _ => format!(
+            "cajaguard approve {request_id} --config {}",
+            policy.source.display()
+        ),
+    };
+    let ask = match (&url, policy.approvals.require.accepts_key_file()) {
+        (Some(_), false) => next.clone(),
+        (Some(url), true) => format!("ask a human to run `{next}` or approve at {url}"),
+        (None, _) => format!("ask a human to run `{next}`"),
+    };
+    let mut ruling = Ruling::new(
         reason,
         format!(
-            "{} at {} needs a human's signed approval ({why}): {lead}; ask a human to run `{next}`",
+            "{} at {} needs a human's signed approval ({why}): {lead}; {ask}",
             money::display(quote.total, cur),
             display::detail(merchant),
         ),
     )
     .with_request_id(request_id.clone())
     .with_next(next);
+    if let Some(url) = url {
+        ruling = ruling.with_approval_url(url);
+    }
     Outcome {
         ruling,
         effect: Effect::Refuse {

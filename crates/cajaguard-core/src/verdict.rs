@@ -160,6 +160,7 @@ pub struct Ruling {
     detail: String,
     request_id: Option<RequestId>,
     next: Option<String>,
+    approval_url: Option<String>,
 }
 
 impl Ruling {
@@ -170,6 +171,7 @@ impl Ruling {
             detail: detail.into(),
             request_id: None,
             next: None,
+            approval_url: None,
         }
     }
     /// The request a human can approve or look up.
@@ -181,6 +183,15 @@ impl Ruling {
     pub fn with_next(mut self, next: impl Into<String>) -> Ruling {
         self.next = Some(next.into());
         self
+    }
+    /// The approval page of this request (SPEC §3: a `blocked` refusal carries it when
+    /// `approvals.web` is configured).
+    pub fn with_approval_url(mut self, url: impl Into<String>) -> Ruling {
+        self.approval_url = Some(url.into());
+        self
+    }
+    pub fn approval_url(&self) -> Option<&str> {
+        self.approval_url.as_deref()
     }
     pub fn verdict(&self) -> Verdict {
         self.reason.verdict()
@@ -197,7 +208,7 @@ impl Ruling {
     pub fn next(&self) -> Option<&str> {
         self.next.as_deref()
     }
-    /// `{ "cajaguard": { "verdict", "reason", "detail", "request_id"?, "next"? } }`
+    /// `{ "cajaguard": { "verdict", "reason", "detail", "request_id"?, "next"?, "approval_url"? } }`
     pub fn to_json(&self) -> serde_json::Value {
         let mut inner = serde_json::Map::new();
         inner.insert("verdict".into(), self.verdict().as_str().into());
@@ -208,6 +219,9 @@ impl Ruling {
         }
         if let Some(next) = &self.next {
             inner.insert("next".into(), next.clone().into());
+        }
+        if let Some(url) = &self.approval_url {
+            inner.insert("approval_url".into(), url.clone().into());
         }
         let mut outer = serde_json::Map::new();
         outer.insert("cajaguard".into(), serde_json::Value::Object(inner));

@@ -143,6 +143,7 @@ fn run(case: &Case) -> (Ruling, Option<Effect>) {
                     digest: &digest,
                     ledger: &ledger,
                     approvals: &approvals,
+                    passkey_approvals: &[],
                     trusted_keys: &trusted,
                     now: NOW,
                 };

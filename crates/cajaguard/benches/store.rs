@@ -90,6 +90,7 @@ fn allow_outcome(total: i64) -> Outcome {
             merchant: "demo-outfitters.example".to_owned(),
             digest: BasketDigest::of(&Quote::default(), &[]),
             use_approval_nonce: None,
+            advance_passkey: None,
         },
     }
 }
@@ -201,7 +202,7 @@ fn bench_gate(
                     &digest,
                     DAY,
                     now,
-                    &mut |view, _| {
+                    &mut |view, _, _| {
                         black_box(view.window_spent);
                         allow_outcome(2400)
                     },

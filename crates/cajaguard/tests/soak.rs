@@ -114,7 +114,7 @@ fn purchase_many(dir: &Path, worker: &str, n: usize) -> (i64, i64) {
                 &digest,
                 policy.window,
                 now,
-                &mut |ledger, approvals| {
+                &mut |ledger, approvals, _| {
                     gate::decide(
                         &policy,
                         &Facts {
@@ -123,6 +123,7 @@ fn purchase_many(dir: &Path, worker: &str, n: usize) -> (i64, i64) {
                             digest: &digest,
                             ledger,
                             approvals,
+                            passkey_approvals: &[],
                             trusted_keys: &trusted,
                             now,
                         },

@@ -86,6 +86,7 @@ fn forward(currency: &str, total: i64, nonce: Option<&str>) -> Outcome {
             merchant: "demo-outfitters.example".to_owned(),
             digest: d(1),
             use_approval_nonce: nonce.map(str::to_owned),
+            advance_passkey: None,
         },
     }
 }
@@ -142,7 +143,7 @@ fn gate_id(
         digest,
         DAY,
         now,
-        &mut |view, approvals| {
+        &mut |view, approvals, _| {
             calls += 1;
             seen = Some((view.clone(), approvals.to_vec()));
             outcome.take().unwrap()
@@ -827,7 +828,7 @@ fn a_panicking_decide_leaves_the_store_usable(kind: Kind) {
             &d(1),
             DAY,
             NOW,
-            &mut |_, _| panic!("decide failed"),
+            &mut |_, _, _| panic!("decide failed"),
             &record(NOW),
         );
     }));
@@ -1705,7 +1706,7 @@ fn an_abandoned_claim_lapses_only_without_a_reservation(kind: Kind) {
             &d(1),
             DAY,
             late,
-            &mut |_, _| forward("USD", 2400, None),
+            &mut |_, _, _| forward("USD", 2400, None),
             &record(late),
         )
         .err()
@@ -1830,7 +1831,7 @@ fn a_refusal_of_an_attempt_retried_since_releases_nothing(kind: Kind) {
                 &d(1),
                 DAY,
                 now,
-                &mut |_, _| outcome.clone(),
+                &mut |_, _, _| outcome.clone(),
                 &record(now),
             )
             .unwrap()

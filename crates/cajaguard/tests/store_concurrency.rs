@@ -78,6 +78,7 @@ fn forward(total: i64, nonce: Option<String>) -> Outcome {
             merchant: "demo-outfitters.example".to_owned(),
             digest: BasketDigest::from_bytes([0xaa; 32]),
             use_approval_nonce: nonce,
+            advance_passkey: None,
         },
     }
 }
@@ -134,7 +135,7 @@ fn reserve_many(home: &Path, url: Option<&str>, worker: &str, attempts: usize) -
                 &request_digest(),
                 DAY,
                 NOW,
-                &mut |view, _| within_window(view),
+                &mut |view, _, _| within_window(view),
                 &record(),
             )
             .unwrap();
@@ -234,7 +235,7 @@ fn try_use_approval(store: &Store, digest: &BasketDigest, checkout: &str) -> boo
             digest,
             DAY,
             NOW,
-            &mut |_, approvals| match approvals.iter().find(|a| !a.used) {
+            &mut |_, approvals, _| match approvals.iter().find(|a| !a.used) {
                 Some(unused) => forward(8900, Some(unused.document.nonce.clone())),
                 None => refuse(Reason::ApprovalAlreadyUsed),
             },
@@ -442,7 +443,7 @@ fn crash_loop(home: &Path) {
                 &request_digest(),
                 DAY,
                 NOW,
-                &mut |_, _| forward(100, Some(crash_nonce(n))),
+                &mut |_, _, _| forward(100, Some(crash_nonce(n))),
                 &record(),
             )
             .unwrap();

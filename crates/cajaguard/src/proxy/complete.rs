@@ -182,7 +182,8 @@ impl Proxy {
         audit.latency = started.elapsed();
         let mut decide =
             |ledger: &cajaguard_core::effect::LedgerView,
-             approvals: &[cajaguard_core::effect::ApprovalCandidate]| {
+             approvals: &[cajaguard_core::effect::ApprovalCandidate],
+             passkey_approvals: &[cajaguard_core::effect::PasskeyCandidate]| {
                 gate::decide(
                     &self.policy,
                     &Facts {
@@ -191,6 +192,7 @@ impl Proxy {
                         digest,
                         ledger,
                         approvals,
+                        passkey_approvals,
                         trusted_keys: &self.trusted,
                         now,
                     },

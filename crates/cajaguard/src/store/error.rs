@@ -79,6 +79,9 @@ pub enum StoreError {
         "the store is inconsistent: {0}; the call was refused (nothing was forwarded); please report this"
     )]
     Inconsistent(String),
+    /// A passkey registration or removal the rules refuse; the message says why and what to do.
+    #[error("{0}")]
+    PasskeyRefused(&'static str),
 }
 
 impl StoreError {
@@ -91,7 +94,8 @@ impl StoreError {
             | StoreError::Incompatible { .. }
             | StoreError::Inconsistent(_)
             | StoreError::ClaimLost
-            | StoreError::NotThatFreeze => None,
+            | StoreError::NotThatFreeze
+            | StoreError::PasskeyRefused(_) => None,
             StoreError::Unsafe { .. } => {
                 Some("make the home a directory you own that no other user can write (chmod 700)")
             }

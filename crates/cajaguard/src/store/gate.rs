@@ -5,14 +5,14 @@
 use std::time::{Duration, Instant};
 
 use cajaguard_core::approval::BasketDigest;
-use cajaguard_core::effect::{ApprovalCandidate, Effect, LedgerView, Outcome};
+use cajaguard_core::effect::{ApprovalCandidate, Effect, LedgerView, Outcome, PasskeyCandidate};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::CompleteRequest;
 use time::OffsetDateTime;
 
 use super::{
     AuditRecord, Backend, Claim, Gated, Permit, Store, StoreError, approvals, claims, ledger,
-    micros, tx,
+    micros, passkeys, tx,
 };
 
 impl Store {
@@ -41,7 +41,7 @@ impl Store {
         digest: &BasketDigest,
         window: Duration,
         now: OffsetDateTime,
-        decide: &mut dyn FnMut(&LedgerView, &[ApprovalCandidate]) -> Outcome,
+        decide: &mut dyn FnMut(&LedgerView, &[ApprovalCandidate], &[PasskeyCandidate]) -> Outcome,
         audit: &AuditRecord,
     ) -> Result<Gated, StoreError> {
         let started = Instant::now();
@@ -59,7 +59,8 @@ impl Store {
             tx.lock_checkout(&request.checkout_id)?;
             let view = ledger::view(tx, &quote.currency, &request.checkout_id, window, now)?;
             let candidates = approvals::candidates(tx, request_id)?;
-            let outcome = decide(&view, &candidates);
+            let passkey_candidates = passkeys::candidates(tx, request_id)?;
+            let outcome = decide(&view, &candidates, &passkey_candidates);
             // Nothing goes out without the claim: another attempt may have taken over one that
             // looked abandoned. (A refusal needs none: a settlement may have ended it just now.)
             if !matches!(outcome.effect, Effect::Refuse { .. })
@@ -74,6 +75,7 @@ impl Store {
                     merchant,
                     digest: _,
                     use_approval_nonce,
+                    advance_passkey,
                 } => {
                     if *currency != quote.currency {
                         // The lock taken is the quote's currency: a reservation in another one
@@ -99,6 +101,9 @@ impl Store {
                     )?;
                     if let Some(nonce) = use_approval_nonce {
                         approvals::mark_used(tx, nonce, request_id, &request.checkout_id, now)?;
+                    }
+                    if let Some(counter) = advance_passkey {
+                        passkeys::advance(tx, counter)?;
                     }
                 }
                 Effect::Retry => {

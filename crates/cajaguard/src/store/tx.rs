@@ -88,7 +88,7 @@ impl ReleasedBy {
 }
 
 /// The statements a transaction runs. Times are Unix microseconds, amounts minor units.
-pub(super) trait Tx {
+pub(super) trait Tx: super::passkeys::PasskeyTx {
     /// Makes every other gate in `currency` wait until this transaction ends, whatever host it
     /// runs on. SQLite: nothing to do, `BEGIN IMMEDIATE` already holds the database's write lock.
     /// PostgreSQL: a row lock on `currency_locks`.

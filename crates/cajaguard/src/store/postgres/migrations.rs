@@ -14,6 +14,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "claims_freeze",
         include_str!("migrations/0002_claims_freeze.sql"),
     ),
+    (3, "passkeys", include_str!("migrations/0003_passkeys.sql")),
 ];
 
 /// The latest version this build knows.

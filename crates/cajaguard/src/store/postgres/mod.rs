@@ -27,6 +27,7 @@
 //! keeps the proxy free of an async runtime and of `.await` inside the transaction.
 
 mod migrations;
+mod passkeys;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};

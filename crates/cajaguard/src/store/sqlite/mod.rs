@@ -4,6 +4,7 @@
 //! [`schema::BUSY_TIMEOUT`]).
 
 pub(super) mod approval_files;
+mod passkeys;
 pub(super) mod schema;
 
 use std::collections::BTreeMap;
