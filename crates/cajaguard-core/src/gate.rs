@@ -479,8 +479,13 @@ fn approval_step(
             "the approval found lives longer than approvals.max_ttl_minutes allows",
         ),
     };
+    let refused_kind;
     let lead = if found.refused_kind && reason == Reason::PendingApproval {
-        "the approval found is signed with an approver key file, which approvals.require \"passkey\" does not count"
+        refused_kind = format!(
+            "the approval found is of a kind approvals.require (\"{}\") does not count",
+            policy.approvals.require.as_str()
+        );
+        refused_kind.as_str()
     } else {
         lead
     };

@@ -31,8 +31,8 @@ mod cose;
 pub mod registration;
 pub mod unfreeze;
 
-#[cfg(test)]
-mod soft_authenticator;
+#[cfg(any(test, feature = "soft-authenticator"))]
+pub mod soft_authenticator;
 #[cfg(test)]
 mod tests;
 

@@ -1,37 +1,44 @@
 //! A software authenticator for the tests: fixed P-256 or Ed25519 keys that produce real
 //! authenticator data, client data JSON and signatures, with every field a test may want to get
 //! wrong exposed as a knob (flags, RP ID, origin, type, counter), and re-signing done for it so a
-//! rejection is the one the knob causes and not a broken signature.
+//! rejection is the one the knob causes and not a broken signature. Test-only (the feature
+//! `soft-authenticator` lends it to other crates' tests): a panic here is a failed test.
+#![allow(clippy::unwrap_used)]
 
 use ciborium::value::Value;
 use sha2::{Digest as _, Sha256};
 
 use super::assertion::PasskeyAssertion;
-use super::authdata::{FLAG_AT, FLAG_UP, FLAG_UV};
+use super::authdata::FLAG_AT;
+
+/// The user-present flag, for tests that clear it.
+pub const FLAG_UP: u8 = super::authdata::FLAG_UP;
+/// The user-verified flag, for tests that clear it.
+pub const FLAG_UV: u8 = super::authdata::FLAG_UV;
 use super::b64;
 use super::registration::{AttestationResponse, RegistrationResponse};
 
-pub(super) const ORIGIN: &str = "http://localhost:8377";
+pub const ORIGIN: &str = "http://localhost:8377";
 
 enum Key {
     Es256(p256::ecdsa::SigningKey),
     EdDsa(ed25519_dalek::SigningKey),
 }
 
-pub(super) struct SoftAuthenticator {
+pub struct SoftAuthenticator {
     key: Key,
-    pub(super) credential_id: Vec<u8>,
+    pub credential_id: Vec<u8>,
     /// The counter the next assertion carries; `None` for an authenticator that keeps none (0).
-    pub(super) counter: Option<u32>,
-    pub(super) flags: u8,
-    pub(super) rp_id: String,
-    pub(super) origin: String,
+    pub counter: Option<u32>,
+    pub flags: u8,
+    pub rp_id: String,
+    pub origin: String,
     /// `None`: the ceremony's own type.
-    pub(super) client_data_type: Option<&'static str>,
+    pub client_data_type: Option<&'static str>,
     /// Appended inside the client data object, e.g. `,"crossOrigin":true`.
-    pub(super) client_data_extra: String,
+    pub client_data_extra: String,
     /// COSE algorithm written into the key at registration (to test unsupported ones).
-    pub(super) cose_alg: Option<i64>,
+    pub cose_alg: Option<i64>,
 }
 
 impl SoftAuthenticator {
@@ -49,28 +56,28 @@ impl SoftAuthenticator {
         }
     }
     /// P-256 from a fixed scalar.
-    pub(super) fn es256() -> SoftAuthenticator {
+    pub fn es256() -> SoftAuthenticator {
         let key = p256::ecdsa::SigningKey::from_slice(&[7u8; 32]).unwrap();
         SoftAuthenticator::new(Key::Es256(key), 0xe5)
     }
     /// Ed25519 from a fixed seed.
-    pub(super) fn eddsa() -> SoftAuthenticator {
+    pub fn eddsa() -> SoftAuthenticator {
         SoftAuthenticator::new(
             Key::EdDsa(ed25519_dalek::SigningKey::from_bytes(&[9u8; 32])),
             0xed,
         )
     }
-    pub(super) fn both() -> [SoftAuthenticator; 2] {
+    pub fn both() -> [SoftAuthenticator; 2] {
         [SoftAuthenticator::es256(), SoftAuthenticator::eddsa()]
     }
-    pub(super) fn name(&self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self.key {
             Key::Es256(_) => "ES256",
             Key::EdDsa(_) => "EdDSA",
         }
     }
 
-    pub(super) fn cose_key(&self) -> Vec<u8> {
+    pub fn cose_key(&self) -> Vec<u8> {
         let int = |i: i64| Value::Integer(i.into());
         let map = match &self.key {
             Key::Es256(key) => {
@@ -97,7 +104,7 @@ impl SoftAuthenticator {
         cbor(&Value::Map(map))
     }
 
-    pub(super) fn client_data(&self, default_type: &str, challenge: &[u8]) -> Vec<u8> {
+    pub fn client_data(&self, default_type: &str, challenge: &[u8]) -> Vec<u8> {
         format!(
             r#"{{"type":"{}","challenge":"{}","origin":"{}","crossOrigin":false{}}}"#,
             self.client_data_type.unwrap_or(default_type),
@@ -117,7 +124,7 @@ impl SoftAuthenticator {
     }
 
     /// The WebAuthn signature over authenticator data ‖ SHA-256(client data).
-    pub(super) fn sign(&self, auth_data: &[u8], client_data: &[u8]) -> Vec<u8> {
+    pub fn sign(&self, auth_data: &[u8], client_data: &[u8]) -> Vec<u8> {
         let mut message = auth_data.to_vec();
         message.extend_from_slice(&Sha256::digest(client_data));
         match &self.key {
@@ -133,7 +140,7 @@ impl SoftAuthenticator {
     }
 
     /// Authenticator data with attested credential data (AAGUID all zeros, as under `none`).
-    pub(super) fn registration_auth_data(&self) -> Vec<u8> {
+    pub fn registration_auth_data(&self) -> Vec<u8> {
         let mut attested = vec![0u8; 16];
         let id_len = u16::try_from(self.credential_id.len()).unwrap();
         attested.extend_from_slice(&id_len.to_be_bytes());
@@ -143,7 +150,7 @@ impl SoftAuthenticator {
     }
 
     /// A `navigator.credentials.create` response for `challenge`, attestation `none`.
-    pub(super) fn register(&self, challenge: &[u8]) -> RegistrationResponse {
+    pub fn register(&self, challenge: &[u8]) -> RegistrationResponse {
         RegistrationResponse {
             id: self.credential_id.clone(),
             kind: "public-key".to_owned(),
@@ -155,7 +162,7 @@ impl SoftAuthenticator {
     }
 
     /// A `navigator.credentials.get` assertion for `challenge`; the counter then moves on by one.
-    pub(super) fn assert(&mut self, challenge: &[u8; 32]) -> PasskeyAssertion {
+    pub fn assert(&mut self, challenge: &[u8; 32]) -> PasskeyAssertion {
         let counter = self.counter.unwrap_or(0);
         let auth_data = self.auth_data(self.flags, counter, &[]);
         let client_data = self.client_data("webauthn.get", challenge);
@@ -172,13 +179,13 @@ impl SoftAuthenticator {
     }
 }
 
-pub(super) fn cbor(value: &Value) -> Vec<u8> {
+pub fn cbor(value: &Value) -> Vec<u8> {
     let mut out = Vec::new();
     ciborium::ser::into_writer(value, &mut out).unwrap();
     out
 }
 
-pub(super) fn attestation_object(auth_data: &[u8]) -> Vec<u8> {
+pub fn attestation_object(auth_data: &[u8]) -> Vec<u8> {
     cbor(&Value::Map(vec![
         (Value::Text("fmt".into()), Value::Text("none".into())),
         (Value::Text("attStmt".into()), Value::Map(vec![])),

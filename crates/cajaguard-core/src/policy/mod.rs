@@ -82,7 +82,8 @@ impl RequiredApproval {
 /// with a non-zero port; the origin is `http://localhost:<port>` and the RP ID `localhost`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WebPolicy {
-    pub listen: std::net::SocketAddr,
+    /// A parsed address only (`core::net`: no socket is opened here).
+    pub listen: core::net::SocketAddr,
 }
 
 impl WebPolicy {

@@ -159,7 +159,7 @@ impl Cx<'_, '_> {
         self.only(obj, p, &["listen"])?;
         let lp = "$.approvals.web.listen";
         let text = self.string(self.required(obj, p, "listen")?, lp)?;
-        let Ok(listen) = text.parse::<std::net::SocketAddr>() else {
+        let Ok(listen) = text.parse::<core::net::SocketAddr>() else {
             return Err(self.err(
                 lp,
                 "must be a loopback IP and port, like \"127.0.0.1:8377\" or \"[::1]:8377\"",
