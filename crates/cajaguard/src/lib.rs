@@ -8,3 +8,4 @@ pub mod keys;
 pub mod proxy;
 pub mod status;
 pub mod store;
+pub mod web;

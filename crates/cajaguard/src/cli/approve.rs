@@ -67,6 +67,7 @@ pub fn deny(args: &DenyArgs) -> Outcome {
 
 fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) -> Outcome {
     let policy = super::load_policy(&common.config)?;
+    passkey_only(&policy, &common.id)?;
     let max_ttl = policy.approvals.max_ttl;
     let ttl = ttl.unwrap_or(max_ttl);
     if ttl > max_ttl || ttl.is_zero() {
@@ -252,5 +253,28 @@ fn confirm(decision: Decision, pending: &PendingRow) -> Result<(), Failure> {
         "{verb} {} to {}?",
         super::pending::amount(pending),
         display::terminal(&pending.request.merchant)
+    ))
+}
+
+/// With `approvals.require: "passkey"` the gate counts no key-file approval, so signing one would
+/// only mislead: exit 2 (the config says this is not how to decide), pointing to the page.
+pub(super) fn passkey_only(
+    policy: &cajaguard_core::policy::Policy,
+    id: &str,
+) -> Result<(), Failure> {
+    if policy.approvals.require.accepts_key_file() {
+        return Ok(());
+    }
+    let page = match (&policy.approvals.web, super::parse_request_id(id)) {
+        (Some(web), Ok(id)) => web.request_url(id.as_str()),
+        (Some(web), Err(_)) => format!("{}/", web.origin()),
+        (None, _) => "the approval page".to_owned(),
+    };
+    Err(Failure::usage(
+        format!(
+            "approvals.require is \"passkey\" in {}: an approver key file decides nothing here",
+            shown(&policy.source)
+        ),
+        format!("decide with your passkey at {page} (`cajaguard web --config FILE` serves it)"),
     ))
 }

@@ -71,6 +71,14 @@ pub fn unfreeze(args: &UnfreezeArgs) -> Outcome {
         eprintln!("payments are not frozen; nothing to do");
         return Ok(Exit::Done);
     };
+    if !policy.approvals.require.accepts_key_file() {
+        // The same reason `approve` refuses: a key file an agent can read must not lift a freeze
+        // where it cannot approve a payment.
+        return Err(Failure::usage(
+            "approvals.require is \"passkey\": an approver key file cannot unfreeze here",
+            "unfreezing with a passkey on the approval page is not built yet; set approvals.require to \"any\" for as long as it takes to unfreeze with `cajaguard unfreeze`",
+        ));
+    }
     let key_dir =
         keys::key_dir(args.key_dir.as_deref(), &|name| super::env(name)).map_err(|e| {
             Failure::usage(e.to_string(), "pass --key-dir DIR or set CAJAGUARD_KEY_DIR")

@@ -3,16 +3,18 @@
 //! 0 done, 1 unexpected, 2 usage or config, 3 unknown id / not approved / checkout changed / the
 //! human said no, 4 denied.
 
-mod approve;
+pub(crate) mod approve;
 mod client_config;
 mod freeze;
 mod keygen;
 mod mcp;
 mod output;
+mod passkey;
 mod pending;
 mod status;
 mod terminal;
 mod verify;
+mod web;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -54,6 +56,11 @@ enum Command {
     Freeze(freeze::FreezeArgs),
     /// Let payments through again: signed with the approver key, asked on the terminal.
     Unfreeze(freeze::UnfreezeArgs),
+    /// Serve the local approval page (passkeys) on approvals.web.listen.
+    Web(web::Args),
+    /// Register (one-time link), list or remove the passkeys that approve on the page.
+    #[command(subcommand)]
+    Passkey(passkey::Command),
     /// Print a ready-to-paste MCP client entry (claude-desktop, claude-code, cursor, vscode).
     ClientConfig(client_config::Args),
 }
@@ -191,6 +198,8 @@ pub fn main() -> ExitCode {
         Command::Freeze(args) => freeze::freeze(&args),
         Command::Unfreeze(args) => freeze::unfreeze(&args),
         Command::ClientConfig(args) => client_config::run(&args),
+        Command::Web(args) => web::run(&args),
+        Command::Passkey(command) => passkey::run(&command),
     };
     match outcome {
         Ok(exit) => ExitCode::from(exit),
