@@ -1,0 +1,452 @@
+//! The approval page's handlers (SPEC §6 "Approvals an agent cannot make"), driven without a
+//! socket through `WebApp::handle` with the core's software authenticator: registering the first
+//! passkey through a one-time link, approving a blocked Day pack so that the gate's next decision
+//! pays it once, and the defences — a foreign Host or Origin, a missing or reused nonce, and a
+//! decision without a valid assertion — each of which changes nothing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use cajaguard::store::{AuditRecord, Store};
+use cajaguard::web::{Request, Response, WebApp};
+use cajaguard_core::approval::{BasketDigest, RequestId, TrustedKeys};
+use cajaguard_core::effect::Outcome;
+use cajaguard_core::gate::{self, Facts};
+use cajaguard_core::passkey::soft_authenticator::{FLAG_UP, SoftAuthenticator};
+use cajaguard_core::policy::{ConfigOrigin, Policy};
+use cajaguard_core::quote::{Quote, QuoteLine, QuoteTotal};
+use cajaguard_core::request::{CompleteRequest, Instrument};
+use cajaguard_core::verdict::{Reason, Verdict};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+const HOST: &str = "localhost:8377";
+const ORIGIN: &str = "http://localhost:8377";
+const CHECKOUT: &str = "gid://fixture/Checkout/1";
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn unb64(text: &str) -> Vec<u8> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .unwrap()
+}
+
+fn day_pack(total: i64) -> Quote {
+    Quote {
+        checkout_id: CHECKOUT.to_owned(),
+        status: "ready_for_complete".to_owned(),
+        currency: "USD".to_owned(),
+        total,
+        line_items: vec![QuoteLine {
+            id: "li_1".to_owned(),
+            item_id: "day_pack".to_owned(),
+            title: "Day pack\u{202e}kcap".to_owned(),
+            quantity: 1,
+            unit_price: total,
+        }],
+        merchant: Some("demo-outfitters.example".to_owned()),
+        totals: vec![QuoteTotal {
+            kind: "total".to_owned(),
+            amount: total,
+        }],
+        fulfillment: None,
+    }
+}
+
+fn complete_request(key: &str) -> CompleteRequest {
+    CompleteRequest {
+        checkout_id: CHECKOUT.to_owned(),
+        idempotency_key: key.to_owned(),
+        agent_profile: "https://agent.example/profile".to_owned(),
+        handler_ids: vec!["fixture_test_handler".to_owned()],
+        instruments: vec![Instrument::of_handler("fixture_test_handler")],
+    }
+}
+
+struct World {
+    _home: tempfile::TempDir,
+    store: Arc<Store>,
+    policy: Policy,
+    app: WebApp,
+    quote: Quote,
+}
+
+fn policy(home: &Path, require: &str) -> Policy {
+    let config = json!({
+        "mode": "test",
+        "home": home,
+        "downstream": { "command": "cajaguard-fixture-shop" },
+        "merchants": ["demo-outfitters.example"],
+        "caps": { "USD": { "approval_above": "50.00", "per_transaction": "100.00", "window": "150.00" } },
+        "approvals": { "web": { "listen": "127.0.0.1:8377" }, "require": require }
+    });
+    let path = home.join("config.json");
+    Policy::parse(
+        &config.to_string(),
+        &ConfigOrigin {
+            path: &path,
+            user_home: None,
+        },
+    )
+    .unwrap()
+}
+
+/// A home with the page for `require`; the shop re-reads `shop_now` (the gate's basket if `None`).
+fn world_with(require: &str, shop_now: Option<Quote>) -> World {
+    let home = tempfile::tempdir().unwrap();
+    let policy = policy(home.path(), require);
+    let store = Arc::new(Store::open(home.path()).unwrap());
+    let quote = day_pack(8900);
+    let reread = shop_now.unwrap_or_else(|| quote.clone());
+    let app = WebApp::new(
+        policy.clone(),
+        Arc::clone(&store),
+        Box::new(move |_, _| Ok(reread.clone())),
+        Box::new(OffsetDateTime::now_utc),
+    )
+    .unwrap();
+    World {
+        _home: home,
+        store,
+        policy,
+        app,
+        quote,
+    }
+}
+
+fn world() -> World {
+    world_with("passkey", None)
+}
+
+fn request(method: &str, path: &str, body: Option<&Value>) -> Request {
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
+    Request {
+        method: method.to_owned(),
+        path: path.to_owned(),
+        query: query.to_owned(),
+        host: Some(HOST.to_owned()),
+        origin: (method == "POST").then(|| ORIGIN.to_owned()),
+        body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
+    }
+}
+
+fn get(w: &World, path: &str) -> Response {
+    w.app.handle(&request("GET", path, None))
+}
+
+fn post(w: &World, path: &str, body: &Value) -> Response {
+    w.app.handle(&request("POST", path, Some(body)))
+}
+
+fn json_of(r: &Response) -> Value {
+    serde_json::from_str(&r.body).unwrap()
+}
+
+/// The page's data block, as the script reads it.
+fn data(r: &Response) -> Value {
+    assert_eq!(r.status, 200, "{}", r.body);
+    let start = r.body.find("id=\"cg-data\">").expect("a data block") + "id=\"cg-data\">".len();
+    let end = start + r.body[start..].find("</script>").unwrap();
+    serde_json::from_str(&r.body[start..end]).unwrap()
+}
+
+/// The gate's decision for the Day pack, through the store as the proxy runs it.
+fn gate(w: &World, key: &str) -> Outcome {
+    let now = OffsetDateTime::now_utc();
+    let request = complete_request(key);
+    let digest = BasketDigest::of(&w.quote, &request.instruments);
+    let claim = w
+        .store
+        .claim(CHECKOUT, key, now, Duration::from_secs(3600))
+        .unwrap()
+        .unwrap_or_else(|_| panic!("claimed"));
+    let trusted = TrustedKeys(vec![]);
+    let gated = w
+        .store
+        .gate(
+            &claim,
+            &request,
+            &w.quote,
+            &digest,
+            w.policy.window,
+            now,
+            &mut |ledger, approvals, passkey_approvals| {
+                gate::decide(
+                    &w.policy,
+                    &Facts {
+                        request: &request,
+                        quote: &w.quote,
+                        digest: &digest,
+                        ledger,
+                        approvals,
+                        passkey_approvals,
+                        trusted_keys: &trusted,
+                        now,
+                    },
+                )
+            },
+            &AuditRecord::new(now, "complete_checkout"),
+        )
+        .unwrap();
+    gated.outcome
+}
+
+/// Blocks the Day pack; returns its request id.
+fn blocked(w: &World) -> RequestId {
+    let outcome = gate(w, "k1");
+    assert_eq!(outcome.ruling.reason(), Reason::PendingApproval);
+    let id = outcome.ruling.request_id().unwrap().clone();
+    assert_eq!(
+        outcome.ruling.approval_url(),
+        Some(format!("{ORIGIN}/requests/{id}").as_str())
+    );
+    id
+}
+
+fn link(w: &World, name: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+    let token = hex::encode([NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed); 32]);
+    let now = OffsetDateTime::now_utc();
+    w.store
+        .create_registration_link(&token, name, now, &AuditRecord::new(now, "cli"))
+        .unwrap();
+    format!("/passkeys/register?token={token}")
+}
+
+fn register(w: &World, auth: &SoftAuthenticator) -> Response {
+    let page = data(&get(w, &link(w, "laptop")));
+    let challenge = unb64(page["challenge"].as_str().unwrap());
+    let credential = serde_json::to_value(auth.register(&challenge)).unwrap();
+    let nonce = &page["ceremonies"]["register"]["nonce"];
+    post(
+        w,
+        "/passkeys/register",
+        &json!({ "nonce": nonce, "credential": credential }),
+    )
+}
+
+/// The browser's `credentials.get` answer for `ceremony` of the request page `page`.
+fn assertion(auth: &mut SoftAuthenticator, page: &Value, ceremony: &str) -> Value {
+    let c = &page["ceremonies"][ceremony];
+    let challenge: [u8; 32] = unb64(c["challenge"].as_str().unwrap()).try_into().unwrap();
+    let a = auth.assert(&challenge);
+    json!({
+        "nonce": c["nonce"],
+        "credential": {
+            "id": b64(&a.credential_id),
+            "type": "public-key",
+            "response": {
+                "clientDataJSON": b64(&a.client_data_json),
+                "authenticatorData": b64(&a.authenticator_data),
+                "signature": b64(&a.signature),
+            }
+        }
+    })
+}
+
+fn decide_path(id: &RequestId) -> String {
+    format!("/requests/{id}/decide")
+}
+
+#[test]
+fn a_passkey_registered_on_first_use_approves_the_day_pack_once() {
+    let w = world();
+    let mut auth = SoftAuthenticator::es256();
+    let r = register(&w, &auth);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(json_of(&r)["ok"], true);
+    assert_eq!(w.store.passkeys().unwrap().len(), 1);
+
+    let id = blocked(&w);
+    let page = get(&w, &format!("/requests/{id}"));
+    assert!(
+        !page.body.contains('\u{202e}'),
+        "shop text is shown without invisible characters"
+    );
+    let page = data(&page);
+    let r = post(
+        &w,
+        &decide_path(&id),
+        &assertion(&mut auth, &page, "approve"),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    let paid = gate(&w, "k2");
+    assert_eq!(
+        paid.ruling.verdict(),
+        Verdict::AllowApproved,
+        "{}",
+        paid.ruling.detail()
+    );
+    assert_eq!(
+        w.store.passkeys().unwrap()[0].passkey.sign_count,
+        1,
+        "the gate moved the counter on"
+    );
+}
+
+#[test]
+fn a_second_registration_is_not_trusted_on_first_use() {
+    let w = world();
+    assert_eq!(register(&w, &SoftAuthenticator::es256()).status, 200);
+    let page = get(&w, &link(&w, "phone"));
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains("cg-data"), "no ceremony is offered");
+    assert_eq!(w.store.passkeys().unwrap().len(), 1);
+}
+
+#[test]
+fn a_deny_on_the_page_refuses_the_payment() {
+    let w = world();
+    let mut auth = SoftAuthenticator::eddsa();
+    assert_eq!(register(&w, &auth).status, 200);
+    let id = blocked(&w);
+    let page = data(&get(&w, &format!("/requests/{id}")));
+    assert_eq!(
+        post(&w, &decide_path(&id), &assertion(&mut auth, &page, "deny")).status,
+        200
+    );
+    assert_eq!(gate(&w, "k2").ruling.reason(), Reason::ApprovalDenied);
+}
+
+#[test]
+fn a_basket_the_shop_changed_is_shown_with_a_warning_and_cannot_be_approved() {
+    let w = world_with("passkey", Some(day_pack(9900)));
+    assert_eq!(register(&w, &SoftAuthenticator::es256()).status, 200);
+    let id = blocked(&w);
+    let page = get(&w, &format!("/requests/{id}"));
+    assert!(page.body.contains("Warning: the shop"), "{}", page.body);
+    let page = data(&page);
+    assert!(page["ceremonies"].get("approve").is_none());
+    assert!(page["ceremonies"].get("deny").is_some());
+}
+
+#[test]
+fn a_foreign_host_is_refused_before_anything() {
+    let w = world();
+    for host in [
+        None,
+        Some("evil.example:8377"),
+        Some("127.0.0.1:8377"),
+        Some("localhost:9999"),
+    ] {
+        let mut req = request("GET", &link(&w, "x"), None);
+        req.host = host.map(str::to_owned);
+        let r = w.app.handle(&req);
+        assert_eq!(r.status, 421, "{host:?}");
+        assert!(!r.body.contains("cg-data"));
+    }
+}
+
+#[test]
+fn a_foreign_origin_or_a_forged_decision_files_nothing() {
+    let w = world();
+    let mut auth = SoftAuthenticator::es256();
+    assert_eq!(register(&w, &auth).status, 200);
+    let id = blocked(&w);
+    let page = data(&get(&w, &format!("/requests/{id}")));
+    let good = assertion(&mut auth, &page, "approve");
+
+    // Another site's page (or a script without the page's origin).
+    for origin in [
+        None,
+        Some("http://evil.example"),
+        Some("null"),
+        Some("http://localhost:9999"),
+    ] {
+        let mut req = request("POST", &decide_path(&id), Some(&good));
+        req.origin = origin.map(str::to_owned);
+        assert_eq!(w.app.handle(&req).status, 403, "{origin:?}");
+    }
+    // No nonce, an unknown nonce, no credential.
+    let mut no_nonce = good.clone();
+    no_nonce.as_object_mut().unwrap().remove("nonce");
+    assert_eq!(post(&w, &decide_path(&id), &no_nonce).status, 400);
+    let mut unknown = good.clone();
+    unknown["nonce"] = json!("00112233445566778899aabbccddeeff");
+    assert_eq!(post(&w, &decide_path(&id), &unknown).status, 409);
+    assert_eq!(
+        post(&w, &decide_path(&id), &json!({ "nonce": good["nonce"] })).status,
+        400
+    );
+    // Without the authenticator: a signature by a passkey that is not registered.
+    let page = data(&get(&w, &format!("/requests/{id}")));
+    let mut stranger = SoftAuthenticator::eddsa();
+    let r = post(
+        &w,
+        &decide_path(&id),
+        &assertion(&mut stranger, &page, "approve"),
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    // User verification off.
+    let page = data(&get(&w, &format!("/requests/{id}")));
+    let mut unverified = SoftAuthenticator::es256();
+    unverified.flags = FLAG_UP;
+    unverified.counter = Some(50);
+    let r = post(
+        &w,
+        &decide_path(&id),
+        &assertion(&mut unverified, &page, "approve"),
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+
+    assert!(
+        w.store.passkey_approvals(&id).unwrap().is_empty(),
+        "nothing was filed"
+    );
+    assert_eq!(gate(&w, "k2").ruling.reason(), Reason::PendingApproval);
+}
+
+#[test]
+fn a_ceremony_nonce_is_single_use() {
+    let w = world();
+    let mut auth = SoftAuthenticator::es256();
+    assert_eq!(register(&w, &auth).status, 200);
+    let id = blocked(&w);
+    let page = data(&get(&w, &format!("/requests/{id}")));
+    let body = assertion(&mut auth, &page, "approve");
+    assert_eq!(post(&w, &decide_path(&id), &body).status, 200);
+    let again = post(&w, &decide_path(&id), &body);
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert_eq!(w.store.passkey_approvals(&id).unwrap().len(), 1);
+}
+
+#[test]
+fn every_answer_forbids_external_loads_and_sends_no_cors() {
+    let w = world();
+    for r in [
+        get(&w, "/"),
+        get(&w, "/status"),
+        get(&w, "/passkeys"),
+        get(&w, "/nowhere"),
+    ] {
+        let headers = r.headers();
+        let csp = headers
+            .iter()
+            .find(|(k, _)| *k == "Content-Security-Policy")
+            .map(|(_, v)| v.as_str())
+            .unwrap();
+        assert!(csp.starts_with("default-src 'none'"), "{csp}");
+        assert!(
+            csp.contains("connect-src 'self'") && !csp.contains("http"),
+            "{csp}"
+        );
+        assert!(
+            headers
+                .iter()
+                .all(|(k, _)| !k.to_ascii_lowercase().starts_with("access-control")),
+            "no CORS header"
+        );
+        assert!(
+            !r.body.contains("src=\"http"),
+            "nothing loaded from the network"
+        );
+    }
+}
