@@ -42,7 +42,12 @@ pub fn document_with(
         );
     }
     let pending: Vec<Value> = store
-        .awaiting_decision(trusted, now, policy.approvals.max_ttl)?
+        .awaiting_decision(
+            trusted,
+            policy.approvals.passkey_relying_party().as_ref(),
+            now,
+            policy.approvals.max_ttl,
+        )?
         .iter()
         .map(pending_entry)
         .collect();

@@ -1237,7 +1237,11 @@ fn approval_status_follows_the_request(kind: Kind) {
     let digest = BasketDigest::from_bytes([6; 32]);
     let id = digest.request_id();
     let c = "gid://fixture/Checkout/7";
-    let status = |now| store.approval_status(&id, &trusted, now, ttl).unwrap();
+    let status = |now| {
+        store
+            .approval_status(&id, &trusted, None, now, ttl)
+            .unwrap()
+    };
 
     assert_eq!(status(NOW), ApprovalStatus::Invalid);
     gate_id(
@@ -1322,6 +1326,7 @@ fn approval_status_of_a_moved_file_uses_its_own_digest(kind: Kind) {
         .approval_status(
             &digest.request_id(),
             &trusted,
+            None,
             NOW,
             Duration::from_secs(900),
         )
@@ -1502,7 +1507,7 @@ fn postgres_concurrent_starters_migrate_once() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2]);
+    assert_eq!(versions, vec![1, 2, 3]);
     for (n, store) in stores.iter().enumerate() {
         gate_with(
             store,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use cajaguard::store::{AuditRecord, Store};
+use cajaguard::store::{ApprovalStatus, AuditRecord, Store};
 use cajaguard::web::{Request, Response, WebApp};
 use cajaguard_core::approval::{BasketDigest, RequestId, TrustedKeys};
 use cajaguard_core::effect::Outcome;
@@ -290,6 +290,36 @@ fn a_passkey_registered_on_first_use_approves_the_day_pack_once() {
         1,
         "the gate moved the counter on"
     );
+    assert_eq!(status(&w, &id), ApprovalStatus::Used);
+}
+
+/// What `cajaguard verify` reports for `id`.
+fn status(w: &World, id: &RequestId) -> ApprovalStatus {
+    w.store
+        .approval_status(
+            id,
+            &TrustedKeys(vec![]),
+            w.policy.approvals.passkey_relying_party().as_ref(),
+            OffsetDateTime::now_utc(),
+            w.policy.approvals.max_ttl,
+        )
+        .unwrap()
+}
+
+#[test]
+fn with_require_key_the_page_offers_no_passkey_decision() {
+    let w = world_with("key", None);
+    assert_eq!(register(&w, &SoftAuthenticator::es256()).status, 200);
+    let id = blocked_key(&w);
+    let page = data(&get(&w, &format!("/requests/{id}")));
+    assert_eq!(page["ceremonies"], json!({}));
+}
+
+/// Blocks the Day pack under `require: "key"` (no `approval_url` check: the terminal comes first).
+fn blocked_key(w: &World) -> RequestId {
+    let outcome = gate(w, "k1");
+    assert_eq!(outcome.ruling.reason(), Reason::PendingApproval);
+    outcome.ruling.request_id().unwrap().clone()
 }
 
 #[test]

@@ -50,6 +50,16 @@ pub struct ApprovalPolicy {
     pub require: RequiredApproval,
 }
 
+impl ApprovalPolicy {
+    /// The relying party passkey approvals are checked against, when they count: the page is
+    /// configured and `require` accepts passkeys.
+    pub fn passkey_relying_party(&self) -> Option<crate::passkey::RelyingParty> {
+        self.web
+            .filter(|_| self.require.accepts_passkey())
+            .map(|web| web.relying_party())
+    }
+}
+
 /// `approvals.require` (SPEC §6): which kinds of approval the gate accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RequiredApproval {

@@ -36,6 +36,7 @@ fn list(args: &Args) -> Outcome {
     let rows = store
         .awaiting_decision(
             &trusted,
+            policy.approvals.passkey_relying_party().as_ref(),
             OffsetDateTime::now_utc(),
             policy.approvals.max_ttl,
         )
@@ -109,7 +110,13 @@ fn show_one(args: &IdArgs) -> Outcome {
     let trusted = super::load_trusted(&policy).unwrap_or_default();
     let now = OffsetDateTime::now_utc();
     let status = store
-        .approval_status(&id, &trusted, now, policy.approvals.max_ttl)
+        .approval_status(
+            &id,
+            &trusted,
+            policy.approvals.passkey_relying_party().as_ref(),
+            now,
+            policy.approvals.max_ttl,
+        )
         .map_err(Failure::from)?;
     let state = match status {
         ApprovalStatus::Approved => State::Approved,

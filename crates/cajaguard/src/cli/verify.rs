@@ -20,6 +20,7 @@ fn verify(args: &IdArgs) -> Outcome {
         .approval_status(
             &id,
             &trusted,
+            policy.approvals.passkey_relying_party().as_ref(),
             time::OffsetDateTime::now_utc(),
             policy.approvals.max_ttl,
         )

@@ -629,6 +629,7 @@ impl Proxy {
                 match self.store.approval_status(
                     &request_id,
                     &self.trusted,
+                    self.policy.approvals.passkey_relying_party().as_ref(),
                     (self.clock)(),
                     self.policy.approvals.max_ttl,
                 ) {

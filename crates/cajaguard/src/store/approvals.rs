@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use cajaguard_core::approval::{self, ApprovalDocument, Decision, RequestId, TrustedKeys};
 use cajaguard_core::effect::ApprovalCandidate;
+use cajaguard_core::passkey::{self, PasskeyRegistry, RelyingParty};
 use time::OffsetDateTime;
 
 use super::pending::digest_from_hex;
@@ -43,12 +44,17 @@ pub(super) fn status(
     tx: &mut dyn Tx,
     id: &RequestId,
     trusted: &TrustedKeys,
+    passkeys: Option<&RelyingParty>,
     now: OffsetDateTime,
     max_ttl: Duration,
 ) -> Result<ApprovalStatus, StoreError> {
     let pending = tx.pending_get(id)?;
     let docs = tx.approval_documents(id)?;
-    if pending.is_none() && docs.is_empty() {
+    let passkey_docs = match passkeys {
+        Some(_) => super::passkeys::documents(tx, id)?,
+        None => Vec::new(),
+    };
+    if pending.is_none() && docs.is_empty() && passkey_docs.is_empty() {
         return Ok(ApprovalStatus::Invalid);
     }
     let expected = pending.map(|row| row.request.digest);
@@ -76,6 +82,33 @@ pub(super) fn status(
             }
             Ok(_) => status = ApprovalStatus::Approved,
             Err(_) => {}
+        }
+    }
+    if let (Some(rp), false) = (passkeys, passkey_docs.is_empty()) {
+        let records: Vec<_> = tx.passkey_list()?.into_iter().map(|r| r.passkey).collect();
+        // A stored passkey that no longer parses makes no passkey approval valid (fail closed).
+        let registry = PasskeyRegistry::new(&records).unwrap_or_default();
+        for doc in &passkey_docs {
+            if tx.is_used(&doc.terms.nonce)? {
+                if status == ApprovalStatus::Pending {
+                    status = ApprovalStatus::Used;
+                }
+                continue;
+            }
+            let digest = match expected {
+                Some(digest) => digest,
+                None => match digest_from_hex(&doc.terms.digest) {
+                    Some(digest) if digest.request_id() == *id => digest,
+                    _ => continue,
+                },
+            };
+            match passkey::verify_passkey_approval(doc, &registry, rp, &digest, now, max_ttl) {
+                Ok(verified) if verified.decision() == Decision::Deny => {
+                    return Ok(ApprovalStatus::Denied);
+                }
+                Ok(_) => status = ApprovalStatus::Approved,
+                Err(_) => {}
+            }
         }
     }
     Ok(status)

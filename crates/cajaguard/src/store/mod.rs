@@ -38,6 +38,7 @@ use std::time::Duration;
 use cajaguard_core::approval::{ApprovalDocument, RequestId, TrustedKeys};
 use cajaguard_core::effect::Outcome;
 use cajaguard_core::freeze::{Frozen, VerifiedUnfreeze};
+use cajaguard_core::passkey::RelyingParty;
 use cajaguard_core::policy::{Policy, StoreConfig, StoreUrl};
 use cajaguard_core::settle::Settlement;
 use time::OffsetDateTime;
@@ -404,13 +405,21 @@ impl Store {
     pub fn awaiting_decision(
         &self,
         trusted: &TrustedKeys,
+        passkeys: Option<&RelyingParty>,
         now: OffsetDateTime,
         max_ttl: Duration,
     ) -> Result<Vec<PendingRow>, StoreError> {
         self.read(&mut |tx| {
             let mut waiting = Vec::new();
             for row in tx.pending_list()? {
-                let status = approvals::status(tx, &row.request.request_id, trusted, now, max_ttl)?;
+                let status = approvals::status(
+                    tx,
+                    &row.request.request_id,
+                    trusted,
+                    passkeys,
+                    now,
+                    max_ttl,
+                )?;
                 if !matches!(status, ApprovalStatus::Approved | ApprovalStatus::Denied) {
                     waiting.push(row);
                 }
@@ -428,14 +437,17 @@ impl Store {
     /// pending request nor an approval for it. Otherwise, over its approvals (verified against
     /// the pending request's digest): a valid deny wins, then a valid unused approval, then an
     /// approval whose nonce the gate used, else `Pending`.
+    /// `passkeys`: the relying party passkey approvals are checked against when they count
+    /// (`ApprovalPolicy::passkey_relying_party`); `None` leaves them out.
     pub fn approval_status(
         &self,
         id: &RequestId,
         trusted: &TrustedKeys,
+        passkeys: Option<&RelyingParty>,
         now: OffsetDateTime,
         max_ttl: Duration,
     ) -> Result<ApprovalStatus, StoreError> {
-        self.read(&mut |tx| approvals::status(tx, id, trusted, now, max_ttl))
+        self.read(&mut |tx| approvals::status(tx, id, trusted, passkeys, now, max_ttl))
     }
 
     /// Files a signed approval, never overwriting one with the same request id and nonce. SQLite:

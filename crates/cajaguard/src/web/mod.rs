@@ -309,30 +309,28 @@ impl WebApp {
         html::pending(&waiting, &self.policy)
     }
 
-    /// Whether `row` was used, or already carries a passkey decision filed on this page.
+    /// Whether `row` carries a valid decision already (an approval not used yet, or a deny), of
+    /// a kind the gate counts.
     fn decided(&self, row: &PendingRow) -> Result<bool, Response> {
-        if self
+        let trusted = if self.policy.approvals.require.accepts_key_file() {
+            crate::keys::load_trusted_keys(&self.policy.approvals.trusted_keys).unwrap_or_default()
+        } else {
+            cajaguard_core::approval::TrustedKeys::default()
+        };
+        let status = self
             .store
             .approval_status(
                 &row.request.request_id,
-                &crate::keys::load_trusted_keys(&self.policy.approvals.trusted_keys)
-                    .unwrap_or_default(),
+                &trusted,
+                self.policy.approvals.passkey_relying_party().as_ref(),
                 self.now(),
                 self.policy.approvals.max_ttl,
             )
-            .map_err(|e| Self::store_failed(&e))?
-            != crate::store::ApprovalStatus::Pending
-        {
-            return Ok(true);
-        }
-        let docs = self
-            .store
-            .passkey_approvals(&row.request.request_id)
             .map_err(|e| Self::store_failed(&e))?;
-        let now = self.now();
-        Ok(docs.iter().any(|d| {
-            unexpired(&d.terms.expires_at, now) && d.terms.digest == row.request.digest.to_hex()
-        }))
+        Ok(matches!(
+            status,
+            crate::store::ApprovalStatus::Approved | crate::store::ApprovalStatus::Denied
+        ))
     }
 
     fn registry(&self) -> Result<(Vec<crate::store::PasskeyRow>, PasskeyRegistry), Response> {
@@ -374,7 +372,7 @@ impl WebApp {
         } else {
             &[Decision::Approve, Decision::Deny]
         };
-        if !rows.is_empty() && !decided {
+        if !rows.is_empty() && !decided && self.policy.approvals.require.accepts_passkey() {
             for decision in decisions {
                 let terms = self.terms(&pending, *decision, now)?;
                 let challenge = terms.challenge_b64url();
@@ -429,6 +427,12 @@ impl WebApp {
                 "the request is not {\"nonce\", \"credential\"}: use the page's buttons",
             );
         };
+        if !self.policy.approvals.require.accepts_passkey() {
+            return Response::refused(
+                409,
+                "approvals.require is \"key\": the gate counts no passkey approval; set it to \"passkey\" or \"any\"",
+            );
+        }
         let Some(Ceremony::Decide { request_id, terms }) = self.take(&nonce) else {
             return Response::refused(
                 409,
@@ -612,10 +616,4 @@ fn amount(minor: i64, currency: &str) -> String {
         Ok(c) => money::display(minor, c),
         Err(_) => format!("{minor} (minor units of {})", display::terminal(currency)),
     }
-}
-
-/// Whether an RFC 3339 `expires_at` is still ahead of `now` (unreadable: expired).
-fn unexpired(expires_at: &str, now: OffsetDateTime) -> bool {
-    OffsetDateTime::parse(expires_at, &time::format_description::well_known::Rfc3339)
-        .is_ok_and(|t| t > now)
 }
