@@ -50,6 +50,9 @@ cp examples/cajaguard.demo.json "$scratch/examples/"
 target/debug/cajaguard keygen --out "$scratch/.cajaguard/keys" >/dev/null
 bash tests/clients/run.sh --config "$scratch/examples/cajaguard.demo.json" --cajaguard target/debug/cajaguard
 
+echo "== passkey approval in headless Chromium (tests/browser; SKIPPED without chromium)"
+bash tests/browser/run.sh --bin target/debug
+
 if [ "$postgres" = "skipped" ]; then
   echo "test: the shared-store (PostgreSQL) tests were SKIPPED: no CAJAGUARD_TEST_POSTGRES_URL and no"
   echo "  PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth). To run them, start one there, or set"
