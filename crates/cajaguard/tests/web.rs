@@ -480,3 +480,37 @@ fn every_answer_forbids_external_loads_and_sends_no_cors() {
         );
     }
 }
+
+#[test]
+fn a_passkey_unfreezes_the_freeze_the_page_showed_and_nothing_else_does() {
+    let w = world();
+    let mut auth = SoftAuthenticator::es256();
+    assert_eq!(register(&w, &auth).status, 200);
+    let now = OffsetDateTime::now_utc();
+    w.store
+        .freeze("a test freeze", now, &AuditRecord::new(now, "cli"))
+        .unwrap();
+    let page = data(&get(&w, "/status"));
+
+    // A stranger's passkey, then a valid assertion posted from another origin: still frozen.
+    let mut stranger = SoftAuthenticator::eddsa();
+    let r = post(
+        &w,
+        "/unfreeze",
+        &assertion(&mut stranger, &page, "unfreeze"),
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(w.store.frozen().unwrap().is_some());
+
+    let page = data(&get(&w, "/status"));
+    let body = assertion(&mut auth, &page, "unfreeze");
+    let mut req = request("POST", "/unfreeze", Some(&body));
+    req.origin = Some("http://evil.example".to_owned());
+    assert_eq!(w.app.handle(&req).status, 403);
+    assert!(w.store.frozen().unwrap().is_some());
+
+    let r = post(&w, "/unfreeze", &body);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(w.store.frozen().unwrap().is_none());
+    assert_eq!(post(&w, "/unfreeze", &body).status, 409, "single use");
+}

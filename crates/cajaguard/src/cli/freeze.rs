@@ -76,7 +76,7 @@ pub fn unfreeze(args: &UnfreezeArgs) -> Outcome {
         // where it cannot approve a payment.
         return Err(Failure::usage(
             "approvals.require is \"passkey\": an approver key file cannot unfreeze here",
-            "unfreezing with a passkey on the approval page is not built yet; set approvals.require to \"any\" for as long as it takes to unfreeze with `cajaguard unfreeze`",
+            "unfreeze with your passkey on the approval page's status view (`cajaguard web --config FILE`, then /status)",
         ));
     }
     let key_dir =

@@ -18,7 +18,10 @@
 
 use cajaguard_core::approval::RequestId;
 use cajaguard_core::effect::{PasskeyCandidate, PasskeyCounter};
-use cajaguard_core::passkey::{Algorithm, PasskeyApproval, RegisteredPasskey};
+use cajaguard_core::freeze::Frozen;
+use cajaguard_core::passkey::{
+    Algorithm, PasskeyApproval, RegisteredPasskey, VerifiedPasskeyUnfreeze,
+};
 use sha2::{Digest as _, Sha256};
 use time::OffsetDateTime;
 
@@ -295,6 +298,39 @@ impl Store {
                 request_id: doc.terms.request_id.clone(),
             })
         }
+    }
+
+    /// Lifts `frozen` with a verified passkey unfreeze, in one transaction: the freeze in force
+    /// must still be `frozen`, the nonce unused (it is used now, where approval nonces go), and
+    /// the passkey's counter still `from` (it moves to the assertion's). Audited.
+    pub fn unfreeze_by_passkey(
+        &self,
+        frozen: &Frozen,
+        unfreeze: &VerifiedPasskeyUnfreeze,
+        from: u32,
+        now: OffsetDateTime,
+        audit: &AuditRecord,
+    ) -> Result<(), StoreError> {
+        // As `Store::unfreeze`: an unfreeze has no request of its own, so its nonce is filed under
+        // a marker id.
+        let marker = RequestId::parse("cg-0000000000000000")
+            .map_err(|e| StoreError::Inconsistent(e.to_string()))?;
+        let counter = PasskeyCounter {
+            credential_id: unfreeze.credential_id().to_vec(),
+            from,
+            to: unfreeze.sign_count(),
+        };
+        self.write(&mut |tx| {
+            if super::freeze::current(tx)?.as_ref() != Some(frozen)
+                || tx.is_used(unfreeze.nonce())?
+            {
+                return Err(StoreError::NotThatFreeze);
+            }
+            tx.insert_used(unfreeze.nonce(), &marker, "unfreeze", micros(now))?;
+            advance(tx, &counter)?;
+            tx.freeze_delete()?;
+            tx.insert_audit(audit)
+        })
     }
 
     /// The passkey approvals filed for `id`, oldest first.

@@ -374,7 +374,13 @@ pub(super) fn register(v: &RegisterView<'_>) -> Result<Response, Response> {
     page("Register a passkey", &body, data)
 }
 
-pub(super) fn status(doc: &Value, policy: &Policy) -> Result<Response, Response> {
+pub(super) fn status(
+    doc: &Value,
+    policy: &Policy,
+    unfreeze: Option<&(String, String)>,
+    passkeys: &[PasskeyRow],
+    rp_id: &str,
+) -> Result<Response, Response> {
     let mut body = String::from("<h1>Status</h1>");
     let mut bars = std::collections::BTreeSet::new();
     match doc.get("frozen") {
@@ -382,10 +388,16 @@ pub(super) fn status(doc: &Value, policy: &Policy) -> Result<Response, Response>
             let _ = write!(
                 body,
                 "<div class=\"card bad\"><h2>Payments are frozen</h2><p>since {} — {}</p>\
-                 <p>A human lifts it with <code>cajaguard unfreeze --config {}</code>.</p></div>",
+                 <p>Look at what froze them first. A human lifts it here with a passkey, or with \
+                 <code>cajaguard unfreeze --config {}</code>.</p>{}<p id=\"cg-message\"></p></div>",
                 text(f.get("at").and_then(Value::as_str).unwrap_or("")),
                 text(f.get("reason").and_then(Value::as_str).unwrap_or("")),
-                text(&policy.source.display().to_string())
+                text(&policy.source.display().to_string()),
+                if unfreeze.is_some() {
+                    "<button class=\"approve\" data-ceremony=\"unfreeze\" id=\"cg-unfreeze\">Unfreeze with passkey</button>"
+                } else {
+                    ""
+                }
             );
         }
         _ => body.push_str("<div class=\"card ok\"><h2>Payments are not frozen</h2></div>"),
@@ -442,7 +454,16 @@ pub(super) fn status(doc: &Value, policy: &Policy) -> Result<Response, Response>
     for w in bars {
         let _ = write!(widths, ".w{w}{{width:{}.{}%}}", w / 10, w % 10);
     }
-    styled_page("Status", &body, None, &widths)
+    let data = unfreeze.map(|(nonce, challenge)| {
+        json!({
+            "kind": "unfreeze",
+            "rpId": rp_id,
+            "post": "/unfreeze",
+            "allow": passkeys.iter().map(|p| b64(&p.passkey.credential_id)).collect::<Vec<_>>(),
+            "ceremonies": { "unfreeze": { "nonce": nonce, "challenge": challenge } },
+        })
+    });
+    styled_page("Status", &body, data, &widths)
 }
 
 fn b64(bytes: &[u8]) -> String {

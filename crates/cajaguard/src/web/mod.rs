@@ -35,10 +35,11 @@ use std::time::Duration;
 
 use cajaguard_core::approval::{ApprovalTerms, BasketDigest, Decision, RequestId};
 use cajaguard_core::display;
+use cajaguard_core::freeze::Frozen;
 use cajaguard_core::money::{self, Currency};
 use cajaguard_core::passkey::{
     self, BrowserAssertion, PasskeyApproval, PasskeyApprovalTerms, PasskeyRegistry,
-    RegistrationResponse, RelyingParty,
+    PasskeyUnfreeze, PasskeyUnfreezeTerms, RegistrationResponse, RelyingParty,
 };
 use cajaguard_core::policy::{Policy, WebPolicy};
 use cajaguard_core::quote::Quote;
@@ -150,6 +151,10 @@ enum Ceremony {
         name: String,
         challenge: [u8; 32],
     },
+    Unfreeze {
+        frozen: Frozen,
+        terms: PasskeyUnfreezeTerms,
+    },
 }
 
 struct Issued {
@@ -246,6 +251,7 @@ impl WebApp {
             ("GET", ["passkeys", "register"]) => self.register_page(&req.query),
             ("POST", ["passkeys", "register"]) => Ok(self.register(&req.body)),
             ("GET", ["status"]) => self.status_page(),
+            ("POST", ["unfreeze"]) => Ok(self.unfreeze(&req.body)),
             (_, _) => Ok(Response::text(404, "no such page")),
         };
         result.unwrap_or_else(|e| e)
@@ -588,7 +594,87 @@ impl WebApp {
         let now = self.now();
         let doc = crate::status::document(&self.policy, &self.store, now)
             .map_err(|e| Self::store_failed(&e))?;
-        html::status(&doc, &self.policy)
+        let frozen = self.store.frozen().map_err(|e| Self::store_failed(&e))?;
+        let (rows, _) = self.registry()?;
+        // Unfreezing is offered with a passkey whatever approvals.require says: a passkey is the
+        // human at the machine, as the approver key on the terminal is (SPEC §7).
+        let ceremony = match frozen {
+            Some(frozen) if !rows.is_empty() => {
+                let terms = PasskeyUnfreezeTerms::new(
+                    &frozen,
+                    now,
+                    random::<16>()?,
+                    "unfrozen on the CajaGuard page",
+                    None,
+                );
+                let challenge = terms.challenge_b64url();
+                let nonce = self.issue(Ceremony::Unfreeze { frozen, terms })?;
+                Some((nonce, challenge))
+            }
+            _ => None,
+        };
+        html::status(
+            &doc,
+            &self.policy,
+            ceremony.as_ref(),
+            &rows,
+            self.rp.rp_id(),
+        )
+    }
+
+    /// POST `/unfreeze` `{"nonce", "credential"}`: lifts the very freeze the page showed.
+    fn unfreeze(&self, body: &[u8]) -> Response {
+        let Some((nonce, credential)) = ceremony_body(body) else {
+            return Response::refused(
+                400,
+                "the request is not {\"nonce\", \"credential\"}: use the page's button",
+            );
+        };
+        let Some(Ceremony::Unfreeze { frozen, terms }) = self.take(&nonce) else {
+            return Response::refused(
+                409,
+                "this unfreeze form was used or has expired: reload the status page and try again",
+            );
+        };
+        let assertion = match BrowserAssertion::from_json(&credential.to_string()) {
+            Ok(a) => a.into_assertion(),
+            Err(e) => return Response::refused(400, e.to_string()),
+        };
+        let (rows, registry) = match self.registry() {
+            Ok(found) => found,
+            Err(r) => return r,
+        };
+        let document = PasskeyUnfreeze { terms, assertion };
+        let now = self.now();
+        let verified =
+            match passkey::verify_passkey_unfreeze(&document, &registry, &self.rp, &frozen, now) {
+                Ok(v) => v,
+                Err(why) => return Response::refused(403, format!("not accepted: {why}")),
+            };
+        let Some(from) = rows
+            .iter()
+            .find(|r| r.passkey.credential_id == verified.credential_id())
+            .map(|r| r.passkey.sign_count)
+        else {
+            return Response::refused(403, "the passkey is no longer registered");
+        };
+        let audit = AuditRecord {
+            verdict: "unfrozen".into(),
+            reason: "unfrozen_by_human".into(),
+            note: Some(format!("passkey {}", hex::encode(verified.credential_id()))),
+            ..AuditRecord::new(now, "web")
+        };
+        match self
+            .store
+            .unfreeze_by_passkey(&frozen, &verified, from, now, &audit)
+        {
+            Ok(()) => Response::outcome(200, true, "payments are no longer frozen"),
+            Err(StoreError::NotThatFreeze) => Response::refused(
+                409,
+                "payments were unfrozen or frozen again meanwhile; nothing changed: reload the page",
+            ),
+            Err(e) => Self::store_failed(&e),
+        }
     }
 }
 
