@@ -123,7 +123,7 @@ class Cdp:
 
 
 class World:
-    def __init__(self, args, tmp, require):
+    def __init__(self, args, tmp, require, with_keys=False):
         self.bin = Path(args.bin).resolve()
         self.tmp = tmp
         self.port = free_port()
@@ -132,7 +132,7 @@ class World:
         config["home"] = str(tmp / "home")
         config["downstream"]["args"] = ["--state", str(tmp / "shop")]
         config["approvals"] = {
-            "trusted_keys": [str(tmp / "keys/approver.pub.pem")],
+            "trusted_keys": [str(tmp / "keys/approver.pub.pem")] if with_keys else [],
             "max_ttl_minutes": 15,
             "web": {"listen": f"127.0.0.1:{self.port}"},
             "require": require,
@@ -303,11 +303,11 @@ def scenario_unverified(args, tmp, cdp):
 
 
 def scenario_key_file(args, tmp):
-    world = World(args, tmp / "keyfile", "passkey")
     keygen = subprocess.run(
-        [str(world.bin / "cajaguard"), "keygen", "--out", str(world.tmp / "keys")],
+        [str(Path(args.bin).resolve() / "cajaguard"), "keygen", "--out", str(tmp / "keyfile/keys")],
         capture_output=True, text=True, timeout=60,
     )
+    world = World(args, tmp / "keyfile", "passkey", with_keys=True)
     if keygen.returncode != 0:
         fail(f"keygen: {keygen.stderr}")
     request_id, checkout, _ = world.buy_day_pack()

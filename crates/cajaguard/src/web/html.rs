@@ -240,7 +240,12 @@ pub(super) fn request(v: &RequestView<'_>) -> Result<Response, Response> {
             let fresh = BasketDigest::of(quote, &r.instruments);
             let _ = write!(
                 body,
-                "</table><p>digest now <code>{}</code></p></div>",
+                "</table><p>{} (request id now <code>{}</code>)</p></div>",
+                if v.differs {
+                    "Differs from the basket the gate blocked"
+                } else {
+                    "The same basket the gate blocked"
+                },
                 escape(&fresh.request_id().to_string())
             );
         }
