@@ -15,6 +15,11 @@ use super::{
     micros, passkeys, tx,
 };
 
+/// The pure decision the gate runs inside its transaction: the ledger's view, the key-file and
+/// the passkey approvals found for the request, in; the outcome out.
+pub type Decide<'a> =
+    dyn FnMut(&LedgerView, &[ApprovalCandidate], &[PasskeyCandidate]) -> Outcome + 'a;
+
 impl Store {
     /// SPEC §4 steps 9-12, atomically. `decide` is called inside the transaction, with the ledger
     /// view for `quote.currency`/`request.checkout_id` over `window` before `now`, and the approvals
@@ -41,7 +46,7 @@ impl Store {
         digest: &BasketDigest,
         window: Duration,
         now: OffsetDateTime,
-        decide: &mut dyn FnMut(&LedgerView, &[ApprovalCandidate], &[PasskeyCandidate]) -> Outcome,
+        decide: &mut Decide<'_>,
         audit: &AuditRecord,
     ) -> Result<Gated, StoreError> {
         let started = Instant::now();
