@@ -10,9 +10,6 @@
 pub mod checkout;
 mod complete;
 mod downstream;
-pub mod era;
-pub mod jsonrpc;
-pub mod rawjson;
 mod reconcile;
 mod tools;
 
@@ -28,11 +25,11 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
+use cajaguard_wire::era::{self, Era, ResultKind};
+use cajaguard_wire::jsonrpc::{self, Envelope, Line, Sink};
+use cajaguard_wire::rawjson::{self, RawObject};
 use downstream::Done;
 pub use downstream::{Handshake, Reply, Shop, ShopError};
-use era::{Era, ResultKind};
-use jsonrpc::{Envelope, Line, Sink};
-use rawjson::RawObject;
 
 use crate::store::{ApprovalStatus, AuditRecord, Conflict, Store};
 
@@ -171,7 +168,7 @@ impl Proxy {
         };
         let answer = match method {
             "initialize" => self.initialize(envelope.params.as_deref()),
-            "server/discover" => Answer::Result(era::discover_result(&server_info())),
+            "server/discover" => Answer::Result(era::discover_result(&server_info(), INSTRUCTIONS)),
             "ping" => Answer::Result("{}".to_owned()),
             "tools/list" => self.list_tools(id),
             "tools/call" => return self.spawn_call(envelope, era),

@@ -15,8 +15,8 @@ use std::time::Duration;
 use cajaguard_core::policy::{Downstream as DownstreamPolicy, DownstreamTransport};
 use serde_json::value::RawValue;
 
-use super::era::{self, Era};
-use super::jsonrpc;
+use cajaguard_wire::era::{self, Era};
+use cajaguard_wire::jsonrpc;
 
 /// The protocol version the proxy asks the shop for; the shop may answer with another it speaks.
 const PROTOCOL_VERSION: &str = "2025-11-25";
