@@ -61,7 +61,7 @@ pub enum StoreError {
     )]
     Postgres {
         target: String,
-        source: ::postgres::Error,
+        source: self::postgres::Error,
     },
     /// The PostgreSQL store cannot be reached (down, restarting, connection cut). Nothing was
     /// applied; the next call connects again.
