@@ -25,6 +25,8 @@ pub(super) struct CallState {
 }
 
 impl Proxy {
+    /// Starts one `tools/call`: refused when too many are in flight, forwarded inline when it can
+    /// be, else run on a thread of its own; answered (unless cancelled) by [`Proxy::finish_call`].
     pub(super) fn spawn_call(self: &Arc<Proxy>, envelope: Envelope, era: Era) {
         let Some(id) = envelope.id else { return };
         if self.calls_in_flight.fetch_add(1, Ordering::AcqRel) >= MAX_CALLS_IN_FLIGHT {

@@ -1,5 +1,5 @@
 //! The shop, over either transport: a child process on stdio (`stdio.rs`) or an MCP Streamable
-//! HTTP endpoint (`http.rs`). Connected on demand, handshaken once per connection, reconnected on
+//! HTTP endpoint (`http/`). Connected on demand, handshaken once per connection, reconnected on
 //! the next call after it is lost. Every call is bounded by the configured timeout and every
 //! message from the shop by the configured size; a shop that breaks either is a failed call,
 //! never a hang. Both transports carry the same raw JSON-RPC: nothing is re-encoded on the way.

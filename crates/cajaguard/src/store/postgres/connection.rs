@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use time::OffsetDateTime;
 
 use super::migrations;
-use super::statements::{PgTx, WINDOW_SUM};
+use super::statements::WINDOW_SUM;
+use super::transaction::PgTx;
 use crate::store::tx::Tx;
 use crate::store::{StoreError, approvals, micros};
 

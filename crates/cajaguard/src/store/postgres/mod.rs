@@ -27,9 +27,10 @@
 //! blocking the caller for each call), which keeps the proxy's code free of async and of `.await`
 //! inside the transaction; that runtime is the only one in the binary (docs/DEPENDENCIES.md).
 //!
-//! `connection.rs` holds the connection and its failures, `statements.rs` the SQL, `migrations/`
-//! the schema. Without the `postgres` feature (on by default) none of it is built: `missing.rs`
-//! stands in, and a config naming this store is refused.
+//! `connection.rs` holds the connection and its failures, `transaction.rs` one transaction's
+//! prepared statements, `statements.rs` the SQL, `migrations/` the schema. Without the `postgres`
+//! feature (on by default) none of it is built: `missing.rs` stands in, and a config naming this
+//! store is refused.
 
 #[cfg(feature = "postgres")]
 mod connection;
@@ -39,6 +40,8 @@ mod migrations;
 mod missing;
 #[cfg(feature = "postgres")]
 mod statements;
+#[cfg(feature = "postgres")]
+mod transaction;
 
 #[cfg(feature = "postgres")]
 pub use self::connection::CONNECT_TIMEOUT;

@@ -1,102 +1,18 @@
-//! What a transaction says to PostgreSQL: [`Tx`] in SQL, with each statement prepared once per
-//! connection.
+//! What a transaction says to PostgreSQL: [`Tx`] in SQL (`transaction.rs` runs it).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use cajaguard_core::approval::{ApprovalDocument, RequestId};
 use cajaguard_core::gate::PendingRequest;
-use postgres::{Statement, Transaction};
 
-use super::connection::pg_err;
+use super::transaction::PgTx;
 use crate::store::tx::{ClaimRow, LedgerRow, ReleasedBy, Reservation, State, Tx};
 use crate::store::{
-    AuditRecord, InFlight, PendingRow, StoreError, WindowSpend, audit, from_micros, micros, pending,
+    AuditRecord, InFlight, PendingRow, StoreError, WindowSpend, audit, micros, pending,
 };
 
 /// The gate's window sum: a range scan of the `spend_buckets` primary key, never the ledger.
 pub(super) const WINDOW_SUM: &str = "SELECT COALESCE(SUM(settled + in_flight), 0)::BIGINT FROM spend_buckets WHERE currency = $1 AND hour >= $2";
-
-pub(super) struct PgTx<'a, 't> {
-    pub(super) tx: &'a mut Transaction<'t>,
-    pub(super) statements: &'a mut HashMap<&'static str, Statement>,
-    pub(super) target: &'a str,
-}
-
-type Params<'p> = [&'p (dyn postgres::types::ToSql + Sync)];
-
-impl PgTx<'_, '_> {
-    fn statement(&mut self, sql: &'static str) -> Result<Statement, StoreError> {
-        if let Some(statement) = self.statements.get(sql) {
-            return Ok(statement.clone());
-        }
-        let statement = self.tx.prepare(sql).map_err(|e| pg_err(self.target, e))?;
-        self.statements.insert(sql, statement.clone());
-        Ok(statement)
-    }
-
-    fn query(
-        &mut self,
-        sql: &'static str,
-        params: &Params<'_>,
-    ) -> Result<Vec<postgres::Row>, StoreError> {
-        let statement = self.statement(sql)?;
-        self.tx
-            .query(&statement, params)
-            .map_err(|e| pg_err(self.target, e))
-    }
-
-    fn query_opt(
-        &mut self,
-        sql: &'static str,
-        params: &Params<'_>,
-    ) -> Result<Option<postgres::Row>, StoreError> {
-        let statement = self.statement(sql)?;
-        self.tx
-            .query_opt(&statement, params)
-            .map_err(|e| pg_err(self.target, e))
-    }
-
-    pub(super) fn execute(
-        &mut self,
-        sql: &'static str,
-        params: &Params<'_>,
-    ) -> Result<u64, StoreError> {
-        let statement = self.statement(sql)?;
-        self.tx
-            .execute(&statement, params)
-            .map_err(|e| pg_err(self.target, e))
-    }
-
-    /// Ledger rows as [`InFlight`], from a query selecting checkout id, idempotency key,
-    /// currency, reserved, reserved at and the agent's profile.
-    fn in_flight_rows(
-        &mut self,
-        sql: &'static str,
-        params: &Params<'_>,
-    ) -> Result<Vec<InFlight>, StoreError> {
-        let rows = self.query(sql, params)?;
-        rows.iter()
-            .map(|row| {
-                Ok(InFlight {
-                    checkout_id: self.get(row, 0)?,
-                    idempotency_key: self.get(row, 1)?,
-                    currency: self.get(row, 2)?,
-                    total: self.get(row, 3)?,
-                    reserved_at: from_micros(self.get(row, 4)?, "a ledger row's reserved_at")?,
-                    agent_profile: self.get(row, 5)?,
-                })
-            })
-            .collect()
-    }
-
-    pub(super) fn get<'r, T: postgres::types::FromSql<'r>>(
-        &self,
-        row: &'r postgres::Row,
-        index: usize,
-    ) -> Result<T, StoreError> {
-        row.try_get(index).map_err(|e| pg_err(self.target, e))
-    }
-}
 
 impl Tx for PgTx<'_, '_> {
     fn lock_currency(&mut self, currency: &str) -> Result<(), StoreError> {
@@ -490,20 +406,5 @@ impl Tx for PgTx<'_, '_> {
             ],
         )?;
         Ok(())
-    }
-}
-
-impl PgTx<'_, '_> {
-    fn pending_raw(&self, row: &postgres::Row) -> Result<pending::Raw, StoreError> {
-        Ok((
-            self.get(row, 0)?,
-            self.get(row, 1)?,
-            self.get(row, 2)?,
-            self.get(row, 3)?,
-            self.get(row, 4)?,
-            self.get(row, 5)?,
-            self.get(row, 6)?,
-            self.get(row, 7)?,
-        ))
     }
 }
