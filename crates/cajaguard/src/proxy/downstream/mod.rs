@@ -309,6 +309,15 @@ fn answer_to_shop_request(method: &str, id: &RawValue) -> String {
     }
 }
 
+/// Name-value pairs (environment variables, HTTP headers) as `Debug` may show them: the names,
+/// each value `<redacted>`, since any of them may be a credential.
+fn names_only(pairs: &[(String, String)]) -> Vec<(&str, &'static str)> {
+    pairs
+        .iter()
+        .map(|(name, _)| (name.as_str(), "<redacted>"))
+        .collect()
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic in another thread must not wedge the proxy; the data behind these locks stays valid.
     mutex

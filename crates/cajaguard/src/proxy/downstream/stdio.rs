@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use cajaguard_core::policy::{self, StdioDownstream};
 use serde_json::value::RawValue;
 
-use super::{Done, Link, NotificationSink, Reply, ShopError, lock};
+use super::{Done, Link, NotificationSink, Reply, ShopError, lock, names_only};
 use cajaguard_wire::jsonrpc::{self, Envelope, Line};
 
 /// How to start the shop, resolved from the policy. `env` may hold the shop's credentials, so its
@@ -55,16 +55,11 @@ impl Launch {
 
 impl std::fmt::Debug for Launch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let env: Vec<(&str, &str)> = self
-            .env
-            .iter()
-            .map(|(name, _)| (name.as_str(), "<redacted>"))
-            .collect();
         f.debug_struct("Launch")
             .field("program", &self.program)
             .field("args", &self.args)
             .field("cwd", &self.cwd)
-            .field("env", &env)
+            .field("env", &names_only(&self.env))
             .finish()
     }
 }

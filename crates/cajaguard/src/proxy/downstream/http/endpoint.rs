@@ -8,7 +8,7 @@ use cajaguard_core::policy::HttpDownstream;
 use ureq::http::HeaderValue;
 use zeroize::Zeroize;
 
-use super::super::ShopError;
+use super::super::{ShopError, names_only};
 use super::ACCEPT;
 
 /// The `Authorization` header value, wiped when dropped. Deliberately without `Debug` or
@@ -120,15 +120,10 @@ impl Endpoint {
 /// credential as surely as the token does.
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let headers: Vec<(&str, &str)> = self
-            .headers
-            .iter()
-            .map(|(name, _)| (name.as_str(), "<redacted>"))
-            .collect();
         f.debug_struct("Endpoint")
             .field("url", &self.shown)
             .field("bearer_token_env", &self.token_var())
-            .field("headers", &headers)
+            .field("headers", &names_only(&self.headers))
             .finish_non_exhaustive()
     }
 }

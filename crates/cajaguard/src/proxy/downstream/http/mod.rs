@@ -82,16 +82,8 @@ impl HttpLink {
             .build()
             .header("Content-Type", "application/json")
             .header("Accept", ACCEPT);
-        if let Some(value) = self.endpoint.authorization() {
-            request = request.header("Authorization", value);
-        }
         let session = lock(&self.session).clone();
-        if let Some(session) = &session {
-            request = request.header(SESSION_HEADER, session.as_str());
-        }
-        if let Some(version) = lock(&self.protocol_version).clone() {
-            request = request.header(VERSION_HEADER, version.as_str());
-        }
+        request = self.session_headers(request, session.as_deref());
         for (name, value) in &self.endpoint.headers {
             request = request.header(name.as_str(), value.as_str());
         }
@@ -99,6 +91,25 @@ impl HttpLink {
             .send(body.as_bytes())
             .map_err(|e| self.transport_error(e, timeout))?;
         self.read_response(response, id, session.is_some(), timeout)
+    }
+
+    /// What every message of the session carries: the token, the session id once the shop gave
+    /// one, and the protocol version agreed in the handshake.
+    fn session_headers<B>(
+        &self,
+        mut request: ureq::RequestBuilder<B>,
+        session: Option<&str>,
+    ) -> ureq::RequestBuilder<B> {
+        if let Some(value) = self.endpoint.authorization() {
+            request = request.header("Authorization", value);
+        }
+        if let Some(session) = session {
+            request = request.header(SESSION_HEADER, session);
+        }
+        if let Some(version) = lock(&self.protocol_version).clone() {
+            request = request.header(VERSION_HEADER, version.as_str());
+        }
+        request
     }
 }
 
@@ -157,21 +168,14 @@ impl Link for HttpLink {
         let Some(session) = lock(&self.session).clone() else {
             return;
         };
-        let mut request = self
+        let request = self
             .endpoint
             .agent
             .delete(&self.endpoint.url)
             .config()
             .timeout_global(Some(CLOSE_TIMEOUT))
-            .build()
-            .header(SESSION_HEADER, session.as_str());
-        if let Some(value) = self.endpoint.authorization() {
-            request = request.header("Authorization", value);
-        }
-        if let Some(version) = lock(&self.protocol_version).clone() {
-            request = request.header(VERSION_HEADER, version.as_str());
-        }
-        let _ = request.call();
+            .build();
+        let _ = self.session_headers(request, Some(&session)).call();
     }
 
     fn set_protocol_version(&self, version: &str) {
