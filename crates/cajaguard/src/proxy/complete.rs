@@ -22,9 +22,9 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::checkout;
-use super::rawjson::RawObject;
 use super::{Answer, Proxy, Reply, ShopError, refusal, shop_failure};
 use crate::store::{AuditRecord, Claim, Conflict, Permit, StoreError};
+use cajaguard_wire::rawjson::RawObject;
 
 /// What the shop's answer to a forwarded payment comes to, before the fresh read a release needs.
 enum Heard {
