@@ -17,8 +17,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cajaguard::store::{
-    ApprovalStatus, AuditRecord, Conflict, DB_FILE, FiledApproval, ReleasedBy, Store, StoreError,
-    WindowSpend,
+    ApprovalStatus, AuditEvent, AuditRecord, Conflict, DB_FILE, FiledApproval, FrozenBy,
+    ReleasedBy, Store, StoreError, WindowSpend,
 };
 use cajaguard_core::approval::{
     self, ApprovalDocument, ApprovalTerms, BasketDigest, Decision, RequestId, SigningKey,
@@ -1010,10 +1010,10 @@ fn every_gate_writes_one_audit_row(kind: Kind) {
     .unwrap();
     let mut other = record(NOW);
     other.tool = "search_catalog".to_owned();
-    other.verdict = "allow".to_owned();
-    other.reason = "within_caps".to_owned();
     other.note = Some("forwarded".to_owned());
-    store.audit(&other).unwrap();
+    store
+        .audit(AuditEvent::Ruled(Reason::WithinCaps), &other)
+        .unwrap();
 
     let sql =
         "SELECT at, tool, verdict, reason, currency, total, request_id, idempotency_key, latency_us
@@ -1728,12 +1728,20 @@ fn a_freeze_holds_until_its_own_signed_unfreeze(kind: Kind) {
     };
     let store = &fx.store;
     assert_eq!(store.frozen().unwrap(), None);
-    let frozen = store.freeze("charged_differs", NOW, &record(NOW)).unwrap();
+    let frozen = store
+        .freeze(
+            "charged_differs",
+            FrozenBy::ChargedDiffers,
+            NOW,
+            &record(NOW),
+        )
+        .unwrap();
     // A second freeze keeps the first's time (what an unfreeze names) and adds its reason, so
     // the human who unfreezes sees every one.
     let again = store
         .freeze(
             "another reason",
+            FrozenBy::Human,
             NOW + time::Duration::minutes(1),
             &record(NOW),
         )
@@ -1769,7 +1777,12 @@ fn a_freeze_holds_until_its_own_signed_unfreeze(kind: Kind) {
     assert_eq!(store.frozen().unwrap(), None);
     // Frozen again: the old unfreeze is spent and names another freeze.
     let refrozen = store
-        .freeze("again", NOW + time::Duration::minutes(2), &record(NOW))
+        .freeze(
+            "again",
+            FrozenBy::Agent,
+            NOW + time::Duration::minutes(2),
+            &record(NOW),
+        )
         .unwrap();
     assert!(matches!(
         store.unfreeze(&frozen, &verified, NOW, &record(NOW)),

@@ -44,7 +44,7 @@ use cajaguard_wire::rawjson;
 use calls::CallState;
 pub use downstream::{Handshake, Reply, Shop, ShopError};
 
-use crate::store::{AuditRecord, Store};
+use crate::store::{AuditEvent, AuditRecord, Store};
 
 /// The clock, injected so that tests decide what "now" is.
 pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
@@ -343,10 +343,11 @@ impl Proxy {
 
     fn audit_refusal(&self, tool: &str, ruling: &Ruling) {
         let mut record = self.audit_record(tool);
-        record.verdict = ruling.verdict().as_str().to_owned();
-        record.reason = ruling.reason().as_str().to_owned();
         record.request_id = ruling.request_id().as_ref().map(|r| r.as_str().to_owned());
-        if let Err(e) = self.store.audit(&record) {
+        if let Err(e) = self
+            .store
+            .audit(AuditEvent::Ruled(ruling.reason()), &record)
+        {
             tracing::error!("audit record not written: {e}");
         }
     }

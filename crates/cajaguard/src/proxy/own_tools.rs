@@ -4,7 +4,7 @@
 use cajaguard_core::approval::RequestId;
 
 use super::{Answer, Proxy, audit_text, tool_result, tools};
-use crate::store::ApprovalStatus;
+use crate::store::{ApprovalStatus, FrozenBy};
 
 impl Proxy {
     /// `cajaguard_freeze`: an agent may stop payments; nothing an agent calls starts them again.
@@ -15,10 +15,11 @@ impl Proxy {
             .map(audit_text)
             .unwrap_or_else(|| "frozen by the agent".to_owned());
         let mut record = self.audit_record(tools::FREEZE_TOOL);
-        record.verdict = "frozen".into();
-        record.reason = "frozen_by_agent".into();
         record.note = Some(reason.clone());
-        match self.store.freeze(&reason, (self.clock)(), &record) {
+        match self
+            .store
+            .freeze(&reason, FrozenBy::Agent, (self.clock)(), &record)
+        {
             Ok(frozen) => tool_result(
                 &serde_json::json!({
                     "frozen": { "at": frozen.stamp(), "reason": frozen.reason },

@@ -8,7 +8,7 @@ use cajaguard_core::effect::PendingRequest;
 use super::transaction::PgTx;
 use crate::store::tx::{ClaimRow, LedgerRow, ReleasedBy, Reservation, State, Tx};
 use crate::store::{
-    AuditRecord, InFlight, PendingRow, StoreError, WindowSpend, audit, micros, pending,
+    AuditEvent, AuditRecord, InFlight, PendingRow, StoreError, WindowSpend, audit, micros, pending,
 };
 
 /// The gate's window sum: a range scan of the `spend_buckets` primary key, never the ledger.
@@ -383,7 +383,7 @@ impl Tx for PgTx<'_, '_> {
             .transpose()
     }
 
-    fn insert_audit(&mut self, r: &AuditRecord) -> Result<(), StoreError> {
+    fn insert_audit(&mut self, event: AuditEvent, r: &AuditRecord) -> Result<(), StoreError> {
         let (at, latency_us) = audit::columns(r)?;
         self.execute(
             "INSERT INTO audit (at, at_us, tool, verdict, reason, merchant, currency, total, request_id,
@@ -393,8 +393,8 @@ impl Tx for PgTx<'_, '_> {
                 &at,
                 &micros(r.at),
                 &r.tool,
-                &r.verdict,
-                &r.reason,
+                &event.verdict(),
+                &event.reason(),
                 &r.merchant,
                 &r.currency,
                 &r.total,

@@ -11,7 +11,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::approval_files;
 use crate::store::tx::{ClaimRow, LedgerRow, ReleasedBy, Reservation, State, Tx};
 use crate::store::{
-    AuditRecord, InFlight, PendingRow, StoreError, WindowSpend, audit, from_micros, pending,
+    AuditEvent, AuditRecord, InFlight, PendingRow, StoreError, WindowSpend, audit, from_micros,
+    pending,
 };
 
 /// The gate's window sum. It must stay a range seek on the `spend_buckets` primary key (see
@@ -415,7 +416,7 @@ impl Tx for SqliteTx<'_> {
         raw.map(pending::decode).transpose()
     }
 
-    fn insert_audit(&mut self, r: &AuditRecord) -> Result<(), StoreError> {
+    fn insert_audit(&mut self, event: AuditEvent, r: &AuditRecord) -> Result<(), StoreError> {
         let (at, latency_us) = audit::columns(r)?;
         self.conn
             .prepare_cached(
@@ -427,8 +428,8 @@ impl Tx for SqliteTx<'_> {
                 at,
                 crate::store::micros(r.at),
                 r.tool,
-                r.verdict,
-                r.reason,
+                event.verdict(),
+                event.reason(),
                 r.merchant,
                 r.currency,
                 r.total,
