@@ -27,8 +27,7 @@ use cajaguard_core::request::{CompleteRequest, Instrument};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use time::OffsetDateTime;
 
-#[path = "../tests/pg_support/mod.rs"]
-mod pg_support;
+use cajaguard_harness::pg as pg_support;
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 

@@ -114,8 +114,7 @@ fn one_approval_raced_by_two_proxies_is_used_once() {
 // URL from `CAJAGUARD_STORE_URL` (`store.url_env`), in front of one fixture shop. Skipped with a
 // notice without `CAJAGUARD_TEST_POSTGRES_URL`.
 
-#[path = "pg_support/mod.rs"]
-mod pg_support;
+use cajaguard_harness::pg as pg_support;
 
 const URL_ENV: &str = "CAJAGUARD_STORE_URL";
 

@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a panic is a failure report.
 
-mod pg_support;
+use cajaguard_harness::pg as pg_support;
 
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};

@@ -11,7 +11,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a panic is a failure report.
 
-mod pg_support;
+use cajaguard_harness::pg as pg_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
