@@ -19,6 +19,7 @@ pub mod bins;
 pub mod fixtures;
 pub mod mcp;
 pub mod pg;
+pub mod race;
 pub mod spec;
 pub mod ucp;
 pub mod world;

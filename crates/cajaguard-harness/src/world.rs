@@ -184,6 +184,8 @@ impl Default for Options {
 }
 
 impl World {
+    /// A default world (no `Default`: making one runs keygen and writes files).
+    #[allow(clippy::new_without_default)]
     pub fn new() -> World {
         World::with(Options::default())
     }
