@@ -104,13 +104,21 @@ pub fn retry_with_another_basket(setup: &Setup) -> Result<(String, bool)> {
         },
         yes_no(reached),
     );
-    Ok((observed, r == "payment_in_flight" && !reached && at_shop == 1))
+    Ok((
+        observed,
+        r == "payment_in_flight" && !reached && at_shop == 1,
+    ))
 }
 
 /// An approval for 1 x Day pack (USD 89.00); the shop then holds another product at that price.
 pub fn same_price_product_swap(setup: &Setup) -> Result<(String, bool)> {
     let day_pack = shop_checkout("Day pack", 8900, 1, "ready_for_complete");
-    let world = test_shop_world(setup, Options::default(), &day_pack, vec![completed(&day_pack)]);
+    let world = test_shop_world(
+        setup,
+        Options::default(),
+        &day_pack,
+        vec![completed(&day_pack)],
+    );
     let checkout = "gid://fixture/Checkout/same-price";
     let key = uuid();
     let mut mcp = world.proxy();

@@ -157,7 +157,8 @@ pub fn run(scratch: &Path, progress: &dyn Fn(&str)) -> Scenarios {
         .iter()
         .zip(rec.seen)
         .map(|(row, seen)| {
-            let as_expected = seen.error.is_none() && seen.observed.as_ref().is_some_and(|(_, ok)| *ok);
+            let as_expected =
+                seen.error.is_none() && seen.observed.as_ref().is_some_and(|(_, ok)| *ok);
             SpecRow {
                 scenario: row.scenario.to_owned(),
                 expected: Ruling::expected(row),
@@ -292,7 +293,11 @@ pub(crate) fn pay_with_key(mcp: &mut Mcp, checkout: &str, key: &str) -> Value {
 }
 
 /// One attempt and whether it reached the shop (the shop's count before and after).
-pub(crate) fn attempt(world: &World, checkout: &str, call: impl FnOnce() -> Value) -> (Value, bool) {
+pub(crate) fn attempt(
+    world: &World,
+    checkout: &str,
+    call: impl FnOnce() -> Value,
+) -> (Value, bool) {
     let before = world.completes_reaching_shop(checkout);
     let result = call();
     (result, world.completes_reaching_shop(checkout) > before)
@@ -314,10 +319,12 @@ fn retry_after_lost_answer(setup: &Setup) -> Result<(String, bool)> {
     let key = uuid();
     spec::approve_blocked(&world, &pay_with_key(&mut mcp, checkout, &key));
     let started = Instant::now();
-    let (first, first_reached) = attempt(&world, checkout, || pay_with_key(&mut mcp, checkout, &key));
+    let (first, first_reached) =
+        attempt(&world, checkout, || pay_with_key(&mut mcp, checkout, &key));
     let waited = started.elapsed();
     let (_, in_flight_after_loss) = world.spend("USD");
-    let (retry, retry_reached) = attempt(&world, checkout, || pay_with_key(&mut mcp, checkout, &key));
+    let (retry, retry_reached) =
+        attempt(&world, checkout, || pay_with_key(&mut mcp, checkout, &key));
     let (spent, in_flight) = world.spend("USD");
     let reached_total = world.completes_reaching_shop(checkout);
     let (v1, r1, _) = verdict(&first);
@@ -385,7 +392,8 @@ fn kill_between_reservation_and_answer(setup: &Setup) -> Result<(String, bool)> 
     );
     let killed_checkout = "gid://fixture/Checkout/killed";
     let killed_key = uuid();
-    let args = |checkout: &str, key: &str| complete_args(checkout, test_instrument(), key, json!({}));
+    let args =
+        |checkout: &str, key: &str| complete_args(checkout, test_instrument(), key, json!({}));
 
     // The payment is reserved and forwarded; the shop never answers; the proxy dies.
     let mut doomed = world.proxy();

@@ -48,11 +48,7 @@ pub fn run(scratch: &Path, per_process: usize, progress: &dyn Fn(&str)) -> Resul
     caught(|| measure(scratch, per_process, progress))
 }
 
-fn measure(
-    scratch: &Path,
-    per_process: usize,
-    progress: &dyn Fn(&str),
-) -> Result<Throughput> {
+fn measure(scratch: &Path, per_process: usize, progress: &dyn Fn(&str)) -> Result<Throughput> {
     let decisions = PROCESSES * per_process;
     let fit = decisions / 2;
     let window_minor = fit as i64 * TOTAL_MINOR;

@@ -8,9 +8,10 @@
 use std::path::Path;
 use std::time::Duration;
 
+use cajaguard::store::Store;
 use cajaguard_core::approval::{ApprovalTerms, BasketDigest, Decision};
 use cajaguard_core::gate::{Effect, Outcome, Reason, Ruling, Verdict};
-use cajaguard_core::policy::{ConfigOrigin, Policy};
+use cajaguard_core::policy::{ConfigOrigin, Policy, StoreConfig, StoreUrl};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::{CompleteRequest, Instrument};
 use serde_json::{Value, json};
@@ -33,7 +34,8 @@ pub fn policy(window: &str) -> Policy {
         path: Path::new("/etc/cajaguard/policy.json"),
         user_home: None,
     };
-    Policy::parse(&config.to_string(), &origin).unwrap_or_else(|e| panic!("the fixture policy: {e}"))
+    Policy::parse(&config.to_string(), &origin)
+        .unwrap_or_else(|e| panic!("the fixture policy: {e}"))
 }
 
 /// A checkout of about 2 KB with `n` line items at `price` each.
@@ -218,4 +220,41 @@ pub fn seed_sqlite_ledger(db: &Path, rows: u64, now: OffsetDateTime, amount: fn(
     conn.pragma_update(None, "synchronous", "FULL").unwrap();
     conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
         .unwrap();
+}
+
+/// The same rows as [`seed_sqlite_ledger`] with `100 + i % 900` minor units each, made by the
+/// PostgreSQL server behind `client` (a million round trips would take minutes).
+pub fn seed_postgres_ledger(client: &mut postgres::Client, rows: u64, now: OffsetDateTime) {
+    client
+        .batch_execute(&format!(
+            "INSERT INTO ledger (checkout_id, idempotency_key, merchant, currency, reserved, charged, state,
+                                 hour, reserved_at, settled_at)
+             SELECT 'gid://seed/Checkout/' || i, 'seed-' || i, 'demo-outfitters.example',
+                    CASE WHEN i % 3 = 0 THEN 'JPY' ELSE 'USD' END, 100 + i % 900, 100 + i % 900, 'settled',
+                    at / 3600, at * 1000000, at * 1000000
+             FROM (SELECT i, {now} - (i % (90 * 24)) * 3600 - (i % 3600) AS at
+                   FROM generate_series(0::BIGINT, {last}::BIGINT) AS i) AS seed;
+             INSERT INTO spend_buckets (currency, hour, settled, in_flight)
+             SELECT currency, hour, SUM(charged)::BIGINT, 0 FROM ledger GROUP BY currency, hour;",
+            now = now.unix_timestamp(),
+            last = rows - 1
+        ))
+        .unwrap();
+}
+
+/// The store config of a PostgreSQL store at `url` (written in the config, not read from a
+/// variable).
+pub fn postgres_config(url: &str) -> StoreConfig {
+    StoreConfig::Postgres {
+        url: StoreUrl::Literal(zeroize::Zeroizing::new(url.to_owned())),
+    }
+}
+
+/// A store on `home`: SQLite, or PostgreSQL at `url` (each caller its own connection, as each
+/// host would have).
+pub fn open_store(home: &Path, url: Option<&str>) -> Store {
+    match url {
+        None => Store::open(home).unwrap(),
+        Some(url) => Store::open_with(home, &postgres_config(url)).unwrap(),
+    }
 }

@@ -22,12 +22,16 @@ pub mod pg;
 pub mod race;
 pub mod spec;
 pub mod ucp;
+pub mod workers;
 pub mod world;
 
 pub use bins::{Bins, cajaguard_bin, demo_bin, fixture_bin, test_shop_bin};
 pub use mcp::Mcp;
 pub use ucp::*;
-pub use world::{read_json, usd_spend, FixtureServer, Host, Options, SHOP_TOKEN, Shop, TOKEN_VAR, Transport, World};
+pub use world::{
+    FixtureServer, Host, Options, SHOP_TOKEN, Shop, TOKEN_VAR, Transport, World, read_json,
+    usd_spend,
+};
 
 /// Runs `f`; a panic in it becomes an error carrying the panic's message (for the report, whose
 /// scenarios use these panicking helpers but must each fail alone).

@@ -6,7 +6,6 @@
 //! set `search_path`, and dropped when the test ends — or its own database, for tests that make
 //! the database unavailable.
 
-
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const ENV: &str = "CAJAGUARD_TEST_POSTGRES_URL";

@@ -24,7 +24,10 @@ pub fn pay_at_once(agents: &mut [(Mcp, String)]) -> Vec<(String, String)> {
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| panic!("an agent thread panicked")))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| panic!("an agent thread panicked"))
+            })
             .collect()
     })
 }
@@ -43,4 +46,20 @@ pub fn with_checkouts(
             (mcp, checkout)
         })
         .collect()
+}
+
+/// A day pack blocked on `first`, approved by `approve` (given the request id), then paid by
+/// `first` and `second` at once: the checkout and both rulings.
+pub fn approval_raced(
+    mut first: Mcp,
+    second: Mcp,
+    approve: impl FnOnce(&str),
+) -> (String, Vec<(String, String)>) {
+    let checkout = first.create_checkout("day-pack", 1);
+    let request_id = verdict(&first.pay(&checkout))
+        .2
+        .expect("blocked with a request id");
+    approve(&request_id);
+    let rulings = pay_at_once(&mut [(first, checkout.clone()), (second, checkout.clone())]);
+    (checkout, rulings)
 }

@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 
 use crate::bins::cajaguard_bin;
 use crate::mcp::Mcp;
-use crate::ucp::{SECRETS, TEST_HANDLER, TEST_TOKEN, instrument, raw_card_instrument, uuid, verdict};
+use crate::ucp::{
+    SECRETS, TEST_HANDLER, TEST_TOKEN, instrument, raw_card_instrument, uuid, verdict,
+};
 use crate::world::{Options, Transport, World, read_json};
 
 /// One row of SPEC §10: what the gate must answer for one attempt.
@@ -57,7 +59,9 @@ impl Row {
     }
 }
 
-/// The rows, named so that a flow and a reader address them by what they are.
+/// The rows, named so that a flow and a reader address them by what they are (one line each, as
+/// the table reads).
+#[rustfmt::skip]
 pub mod rows {
     use super::Row;
 
@@ -150,7 +154,10 @@ impl Observer for Asserting {
             row.scenario
         );
         if let Some(secret) = observed.leaked_secret() {
-            panic!("{}: {secret} leaked into the answer: {}", row.scenario, observed.answer);
+            panic!(
+                "{}: {secret} leaked into the answer: {}",
+                row.scenario, observed.answer
+            );
         }
     }
 }
@@ -197,6 +204,7 @@ pub struct Flow {
 }
 
 /// Every flow; together they observe every row of [`TABLE`].
+#[rustfmt::skip]
 pub const FLOWS: [Flow; 17] = [
     Flow { name: "two_trail_socks_with_a_test_token_are_allowed", rows: &[&SOCKS], run: two_trail_socks_with_a_test_token_are_allowed },
     Flow { name: "down_parka_is_over_the_per_transaction_cap", rows: &[&PARKA], run: down_parka_is_over_the_per_transaction_cap },
@@ -329,7 +337,10 @@ fn approval_file(world: &World) -> PathBuf {
 
 fn two_trail_socks_with_a_test_token_are_allowed(setup: &Setup, obs: &mut dyn Observer) {
     let result = simple_buy(setup.default_world(), obs, &SOCKS, "trail-socks", 2);
-    assert_eq!(result["structuredContent"]["status"], "completed", "{result}");
+    assert_eq!(
+        result["structuredContent"]["status"], "completed",
+        "{result}"
+    );
 }
 
 fn down_parka_is_over_the_per_transaction_cap(setup: &Setup, obs: &mut dyn Observer) {
@@ -346,7 +357,10 @@ fn day_pack_without_approval_is_blocked_then_allowed_with_one(
     let (checkout, total, request_id) = blocked_day_pack(&world, &mut mcp, obs);
     approve(&world, &request_id, &[]);
     let result = pay(&world, &mut mcp, obs, &DAY_PACK_APPROVED, &checkout, &total);
-    assert_eq!(result["structuredContent"]["status"], "completed", "{result}");
+    assert_eq!(
+        result["structuredContent"]["status"], "completed",
+        "{result}"
+    );
 
     // The next basket over the threshold needs its own approval.
     let (next, total) = mcp.create_priced("trail-socks", 5);
@@ -406,10 +420,7 @@ fn approval_with_an_edited_expiry_has_a_bad_signature(setup: &Setup, obs: &mut d
     pay(&world, &mut mcp, obs, &EDITED_EXPIRY, &checkout, &total);
 }
 
-fn approval_six_minutes_after_a_five_minute_ttl_has_expired(
-    setup: &Setup,
-    obs: &mut dyn Observer,
-) {
+fn approval_six_minutes_after_a_five_minute_ttl_has_expired(setup: &Setup, obs: &mut dyn Observer) {
     use cajaguard_core::approval::{self, ApprovalTerms, Decision, RequestId};
     let world = setup.default_world();
     let mut mcp = world.proxy();
@@ -496,7 +507,10 @@ fn agent_sending_totals_is_refused(setup: &Setup, obs: &mut dyn Observer) {
     let detail = result["structuredContent"]["cajaguard"]["detail"]
         .as_str()
         .unwrap_or_default();
-    assert!(detail.contains("totals"), "the refusal names the field: {result}");
+    assert!(
+        detail.contains("totals"),
+        "the refusal names the field: {result}"
+    );
 }
 
 fn jpy_checkout_without_jpy_caps_is_refused(setup: &Setup, obs: &mut dyn Observer) {
@@ -514,14 +528,25 @@ fn jpy_checkout_within_jpy_caps_is_allowed(setup: &Setup, obs: &mut dyn Observer
 fn split_purchase_cannot_slip_past_the_window(setup: &Setup, obs: &mut dyn Observer) {
     let world = setup.default_world();
     let mut mcp = world.proxy();
-    for row in [&SPLIT_FIRST_THREE, &SPLIT_FIRST_THREE, &SPLIT_FIRST_THREE, &SPLIT_FOURTH] {
+    for row in [
+        &SPLIT_FIRST_THREE,
+        &SPLIT_FIRST_THREE,
+        &SPLIT_FIRST_THREE,
+        &SPLIT_FOURTH,
+    ] {
         let (checkout, total) = mcp.create_priced("rain-shell", 1);
         pay(&world, &mut mcp, obs, row, &checkout, &total);
     }
 }
 
 fn merchant_not_on_the_allowlist_is_refused(setup: &Setup, obs: &mut dyn Observer) {
-    simple_buy(setup.default_world(), obs, &MERCHANT_NOT_ALLOWED, "camp-stove", 1);
+    simple_buy(
+        setup.default_world(),
+        obs,
+        &MERCHANT_NOT_ALLOWED,
+        "camp-stove",
+        1,
+    );
 }
 
 fn test_mode_tripwire_refuses_real_credentials(setup: &Setup, obs: &mut dyn Observer) {
@@ -530,7 +555,10 @@ fn test_mode_tripwire_refuses_real_credentials(setup: &Setup, obs: &mut dyn Obse
     let cases = [
         (&SHOP_PAY, instrument("com.shopify.shop_pay", TEST_TOKEN)),
         (&RAW_PAN, raw_card_instrument()),
-        (&LIVE_TOKEN, instrument(TEST_HANDLER, "sk_live_51HxYzAbCdEfGh")),
+        (
+            &LIVE_TOKEN,
+            instrument(TEST_HANDLER, "sk_live_51HxYzAbCdEfGh"),
+        ),
     ];
     for (row, instrument) in cases {
         let (checkout, total) = mcp.create_priced("trail-socks", 1);

@@ -242,7 +242,9 @@ impl World {
             Some(scratch) => tempfile::Builder::new()
                 .prefix("world-")
                 .tempdir_in(scratch)
-                .unwrap_or_else(|e| panic!("cannot create a world under {}: {e}", scratch.display())),
+                .unwrap_or_else(|e| {
+                    panic!("cannot create a world under {}: {e}", scratch.display())
+                }),
             None => tempfile::tempdir().unwrap(),
         };
         let root = dir.path().to_path_buf();
@@ -409,7 +411,10 @@ impl World {
     pub fn spend(&self, currency: &str) -> (i64, i64) {
         let status = self.status();
         let caps = &status["caps"][currency];
-        match (caps["spent_minor"].as_i64(), caps["in_flight_minor"].as_i64()) {
+        match (
+            caps["spent_minor"].as_i64(),
+            caps["in_flight_minor"].as_i64(),
+        ) {
             (Some(spent), Some(in_flight)) => (spent, in_flight),
             _ => panic!("status has no {currency} spend: {status}"),
         }
@@ -500,7 +505,6 @@ impl Host {
             .unwrap()
     }
 }
-
 
 pub fn read_json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()

@@ -4,9 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
-use cajaguard_core::approval::{
-    self, ApprovalDocument, BasketDigest, SigningKey, TrustedKeys,
-};
+use cajaguard_core::approval::{self, ApprovalDocument, BasketDigest, SigningKey, TrustedKeys};
 use cajaguard_core::gate::{
     self, ApprovalCandidate, CheckoutLedger, Facts, LedgerView, Outcome, Reason, Verdict,
 };
@@ -49,7 +47,12 @@ pub(super) fn core_inputs() -> CoreInputs {
         &approval::ApprovalTerms {
             ttl: Duration::from_secs(600),
             note: "report".into(),
-            ..fixtures::approval_terms(digest, &big.checkout_id, big.total, now - time::Duration::minutes(1))
+            ..fixtures::approval_terms(
+                digest,
+                &big.checkout_id,
+                big.total,
+                now - time::Duration::minutes(1),
+            )
         },
     );
     CoreInputs {
@@ -247,4 +250,3 @@ pub(super) fn core_rows(t: &mut Timing, sizes: Sizes) -> Result<()> {
     });
     Ok(())
 }
-

@@ -85,4 +85,3 @@ pub(super) fn spawn_floor(cajaguard: &Path, n: usize) -> Result<Vec<Duration>> {
         Ok(())
     })
 }
-

@@ -10,8 +10,8 @@ use cajaguard_harness::{Bins, Mcp, Options, completed, get_args, shop_checkout, 
 use serde_json::json;
 
 use super::{Sizes, Target, Timing};
-use crate::stats::{Summary, time_n};
 use crate::scenarios::test_shop_world;
+use crate::stats::{Summary, time_n};
 use cajaguard_harness::spec::Setup;
 
 pub(super) fn round_trip(mcp: &mut Mcp, id: &str, n: usize) -> Result<Vec<Duration>> {
@@ -149,4 +149,3 @@ pub(super) fn cold_start(setup: &Setup, n: usize) -> Result<Vec<Duration>> {
         Ok(mcp)
     })
 }
-

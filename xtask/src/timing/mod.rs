@@ -91,7 +91,13 @@ impl Timing {
     }
 
     /// Adds a cost row, with its ratio to its floor.
-    pub(super) fn push(&mut self, key: &str, name: &str, summary: Summary, floor: &str) -> &mut Row {
+    pub(super) fn push(
+        &mut self,
+        key: &str,
+        name: &str,
+        summary: Summary,
+        floor: &str,
+    ) -> &mut Row {
         let ratio = self
             .floor(floor)
             .filter(|f| f.summary.p50_ns > 0.0)
@@ -146,7 +152,10 @@ pub fn run(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> Result<Timi
     t.floors.push(floor_row(
         "spawn",
         "process spawn: `cajaguard --version`, spawn to exit",
-        Summary::of(&floors::spawn_floor(&Bins::here().cajaguard, sizes.process)?),
+        Summary::of(&floors::spawn_floor(
+            &Bins::here().cajaguard,
+            sizes.process,
+        )?),
     ));
 
     progress("decide(), tripwire, approval verify (in process)");
@@ -173,4 +182,3 @@ pub fn run(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> Result<Timi
     });
     Ok(t)
 }
-

@@ -19,7 +19,12 @@ use super::floors::fsync_floor;
 use super::{Sizes, Target, Timing, floor_row};
 use crate::stats::{Summary, time_n};
 
-pub(super) fn store_rows(t: &mut Timing, homes: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> Result<()> {
+pub(super) fn store_rows(
+    t: &mut Timing,
+    homes: &Path,
+    sizes: Sizes,
+    progress: &dyn Fn(&str),
+) -> Result<()> {
     let c = core_inputs();
     let policy = fixtures::policy("1000000000.00");
     let fresh_home = homes.join("fresh-home");
