@@ -160,8 +160,14 @@ fn gate_id(
     Ok(seen.unwrap())
 }
 
-/// A USD payment of `total` that `decide` lets through, which must reserve.
-fn reserve(store: &Store, checkout: &str, key: &str, total: i64, now: OffsetDateTime) {
+/// A USD payment of `total` that `decide` lets through, which must reserve: what `decide` saw.
+fn reserve(
+    store: &Store,
+    checkout: &str,
+    key: &str,
+    total: i64,
+    now: OffsetDateTime,
+) -> LedgerView {
     gate_with(
         store,
         checkout,
@@ -171,7 +177,20 @@ fn reserve(store: &Store, checkout: &str, key: &str, total: i64, now: OffsetDate
         now,
         forward("USD", total, None),
     )
-    .unwrap();
+    .unwrap()
+    .0
+}
+
+/// The shop's outcome for the attempt `key` on `checkout`, now.
+fn settle(store: &Store, checkout: &str, key: &str, settlement: &Settlement) {
+    store
+        .settle(checkout, key, settlement, ReleasedBy::Shop, NOW)
+        .unwrap();
+}
+
+/// A window's spend: `settled` and `in_flight` minor units.
+fn spent(settled: i64, in_flight: i64) -> WindowSpend {
+    WindowSpend { settled, in_flight }
 }
 
 /// The shop completed the payment, charging `amount` in the quote's currency as quoted.
@@ -401,13 +420,7 @@ fn forward_reserves_and_the_window_sees_it(fx: &Fixture) {
         }
     );
     assert!(approvals.is_empty());
-    assert_eq!(
-        spend(store, NOW, "USD"),
-        WindowSpend {
-            settled: 0,
-            in_flight: 4500
-        }
-    );
+    assert_eq!(spend(store, NOW, "USD"), spent(0, 4500));
 
     // Another checkout sees it; the same checkout sees itself in flight, not in the window.
     let (other, _) = gate_with(store, "c2", "k2", "USD", 100, NOW, refuse(None)).unwrap();
@@ -443,9 +456,7 @@ fn forward_reserves_and_the_window_sees_it(fx: &Fixture) {
         ("k1", 4500, NOW)
     );
     assert!(store.in_flight_of("c3").unwrap().is_none());
-    store
-        .settle("c1", "k1", &completed(4500), ReleasedBy::Shop, NOW)
-        .unwrap();
+    settle(store, "c1", "k1", &completed(4500));
     assert!(
         store.in_flight_of("c1").unwrap().is_none(),
         "settled is no longer in flight"
@@ -460,40 +471,14 @@ fn settle_completed_counts_once_and_is_idempotent(fx: &Fixture) {
         currency: None,
         differs: vec!["total"],
     });
-    store
-        .settle("c1", "k1", &done, ReleasedBy::Shop, NOW)
-        .unwrap();
-    assert_eq!(
-        spend(store, NOW, "USD"),
-        WindowSpend {
-            settled: 9900,
-            in_flight: 0
-        }
-    );
-    store
-        .settle("c1", "k1", &done, ReleasedBy::Shop, NOW)
-        .unwrap();
-    store
-        .settle("c1", "k1", &completed(8900), ReleasedBy::Shop, NOW)
-        .unwrap();
-    assert_eq!(
-        spend(store, NOW, "USD"),
-        WindowSpend {
-            settled: 9900,
-            in_flight: 0
-        }
-    );
+    settle(store, "c1", "k1", &done);
+    assert_eq!(spend(store, NOW, "USD"), spent(9900, 0));
+    settle(store, "c1", "k1", &done);
+    settle(store, "c1", "k1", &completed(8900));
+    assert_eq!(spend(store, NOW, "USD"), spent(9900, 0));
     // Settled spend is never released.
-    store
-        .settle("c1", "k1", &Settlement::Released, ReleasedBy::Shop, NOW)
-        .unwrap();
-    assert_eq!(
-        spend(store, NOW, "USD"),
-        WindowSpend {
-            settled: 9900,
-            in_flight: 0
-        }
-    );
+    settle(store, "c1", "k1", &Settlement::Released);
+    assert_eq!(spend(store, NOW, "USD"), spent(9900, 0));
     assert!(store.in_flight().unwrap().is_empty());
 
     let (view, _) = gate_with(store, "c1", "k2", "USD", 8900, NOW, refuse(None)).unwrap();
@@ -525,67 +510,30 @@ fn settle_completed_counts_once_and_is_idempotent(fx: &Fixture) {
     .err()
     .unwrap();
     assert!(matches!(err, StoreError::Inconsistent(_)), "{err}");
-    assert_eq!(
-        spend(store, NOW, "USD"),
-        WindowSpend {
-            settled: 9900,
-            in_flight: 0
-        }
-    );
+    assert_eq!(spend(store, NOW, "USD"), spent(9900, 0));
 }
 
 fn settle_released_frees_the_reservation_and_unknown_keeps_it(fx: &Fixture) {
     let store = &fx.store;
     reserve(store, "c1", "k1", 8900, NOW);
-    store
-        .settle("c1", "k1", &Settlement::Unknown, ReleasedBy::Shop, NOW)
-        .unwrap();
+    settle(store, "c1", "k1", &Settlement::Unknown);
     assert_eq!(spend(store, NOW, "USD").in_flight, 8900);
     assert_eq!(store.in_flight().unwrap().len(), 1);
 
     // An outcome for another attempt's key does not touch this one.
-    store
-        .settle(
-            "c1",
-            "other-key",
-            &Settlement::Released,
-            ReleasedBy::Shop,
-            NOW,
-        )
-        .unwrap();
+    settle(store, "c1", "other-key", &Settlement::Released);
     assert_eq!(spend(store, NOW, "USD").in_flight, 8900);
 
-    store
-        .settle("c1", "k1", &Settlement::Released, ReleasedBy::Shop, NOW)
-        .unwrap();
-    store
-        .settle("c1", "k1", &Settlement::Released, ReleasedBy::Shop, NOW)
-        .unwrap();
+    settle(store, "c1", "k1", &Settlement::Released);
+    settle(store, "c1", "k1", &Settlement::Released);
     assert_eq!(spend(store, NOW, "USD"), WindowSpend::default());
-    let (view, _) = gate_with(
-        store,
-        "c1",
-        "k2",
-        "USD",
-        8900,
-        NOW,
-        forward("USD", 8900, None),
-    )
-    .unwrap();
+    let view = reserve(store, "c1", "k2", 8900, NOW);
     assert_eq!(view.checkout, CheckoutLedger::Fresh);
     assert_eq!(spend(store, NOW, "USD").in_flight, 8900);
 
     // Settling a checkout the ledger never saw changes nothing.
-    store
-        .settle("nope", "k", &completed(1), ReleasedBy::Shop, NOW)
-        .unwrap();
-    assert_eq!(
-        spend(store, NOW, "USD"),
-        WindowSpend {
-            settled: 0,
-            in_flight: 8900
-        }
-    );
+    settle(store, "nope", "k", &completed(1));
+    assert_eq!(spend(store, NOW, "USD"), spent(0, 8900));
 }
 
 fn a_new_attempt_replaces_the_old_reservation(fx: &Fixture) {
@@ -596,9 +544,7 @@ fn a_new_attempt_replaces_the_old_reservation(fx: &Fixture) {
         store.claim("c1", "k2", NOW, DAY).unwrap(),
         Err(Conflict::PaymentInFlight)
     ));
-    store
-        .settle("c1", "k1", &Settlement::Released, ReleasedBy::Shop, NOW)
-        .unwrap();
+    settle(store, "c1", "k1", &Settlement::Released);
     reserve(store, "c1", "k2", 4600, NOW);
     assert_eq!(spend(store, NOW, "USD").in_flight, 4600);
     let in_flight = store.in_flight().unwrap();
@@ -653,19 +599,10 @@ fn the_window_ends_at_whole_hours_and_errs_high(fx: &Fixture) {
             NOW,
         )
         .unwrap();
-    assert_eq!(
-        spend(store, NOW, "USD"),
-        WindowSpend {
-            settled: 250,
-            in_flight: 4
-        }
-    );
+    assert_eq!(spend(store, NOW, "USD"), spent(250, 4));
     assert_eq!(
         spend(store, datetime!(2026-03-02 11:30 UTC), "USD"),
-        WindowSpend {
-            settled: 0,
-            in_flight: 4
-        }
+        spent(0, 4)
     );
 }
 
@@ -1214,16 +1151,7 @@ fn scale(fx: &Fixture, rows: u64) {
     assert_eq!(spend(store, NOW, "USD").settled, brute);
 
     let started = Instant::now();
-    let (view, _) = gate_with(
-        store,
-        "fresh",
-        "k",
-        "USD",
-        100,
-        NOW,
-        forward("USD", 100, None),
-    )
-    .unwrap();
+    let view = reserve(store, "fresh", "k", 100, NOW);
     eprintln!(
         "gate() over {rows} ledger rows ({kind:?}): {:?}",
         started.elapsed()
@@ -1402,18 +1330,14 @@ fn claims_keep_updates_and_other_payments_off_until_settlement(fx: &Fixture) {
             .is_retry()
     );
     // An unknown outcome keeps the claim however old it gets.
-    store
-        .settle("c1", "k1", &Settlement::Unknown, ReleasedBy::Shop, NOW)
-        .unwrap();
+    settle(store, "c1", "k1", &Settlement::Unknown);
     let much_later = NOW + time::Duration::days(3);
     assert_eq!(
         lease_for(much_later).unwrap().err(),
         Some(Conflict::PaymentInFlight)
     );
     // The settlement ends it.
-    store
-        .settle("c1", "k1", &Settlement::Released, ReleasedBy::Shop, NOW)
-        .unwrap();
+    settle(store, "c1", "k1", &Settlement::Released);
     let lease = lease_for(NOW).unwrap().expect("settled: updates may go");
     store.end_update(lease).unwrap();
 }
@@ -1533,17 +1457,9 @@ fn a_charge_in_another_currency_counts_there(fx: &Fixture) {
         currency: Some("JPY".into()),
         differs: vec!["currency", "total"],
     });
-    store
-        .settle("c1", "k1", &charged, ReleasedBy::Shop, NOW)
-        .unwrap();
+    settle(store, "c1", "k1", &charged);
     assert_eq!(spend(store, NOW, "USD"), WindowSpend::default());
-    assert_eq!(
-        spend(store, NOW, "JPY"),
-        WindowSpend {
-            settled: 21900,
-            in_flight: 0
-        }
-    );
+    assert_eq!(spend(store, NOW, "JPY"), spent(21900, 0));
 }
 
 fn a_refusal_of_an_attempt_retried_since_releases_nothing(fx: &Fixture) {
@@ -1601,9 +1517,7 @@ fn a_reconciliation_release_stays_revisited_after_later_attempts(fx: &Fixture) {
         )
         .unwrap();
     reserve(store, "c1", "k2", 2400, NOW);
-    store
-        .settle("c1", "k2", &Settlement::Released, ReleasedBy::Shop, NOW)
-        .unwrap();
+    settle(store, "c1", "k2", &Settlement::Released);
     let revisit = store.released_by_reconcile(DAY, NOW).unwrap();
     assert_eq!(
         revisit.len(),
