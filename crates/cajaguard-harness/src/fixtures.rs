@@ -8,9 +8,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use cajaguard::store::Store;
-use cajaguard_core::approval::{ApprovalTerms, BasketDigest, Decision};
-use cajaguard_core::gate::{Effect, Outcome, Reason, Ruling, Verdict};
+use cajaguard::store::{AuditRecord, Gated, Store, StoreError};
+use cajaguard_core::approval::{ApprovalTerms, BasketDigest, Decision, TrustedKeys};
+use cajaguard_core::gate::{
+    self, ApprovalCandidate, Effect, Facts, LedgerView, Outcome, Reason, Ruling, Verdict,
+};
 use cajaguard_core::policy::{ConfigOrigin, Policy, StoreConfig, StoreUrl};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::{CompleteRequest, Instrument};
@@ -256,5 +258,56 @@ pub fn open_store(home: &Path, url: Option<&str>) -> Store {
     match url {
         None => Store::open(home).unwrap(),
         Some(url) => Store::open_with(home, &postgres_config(url)).unwrap(),
+    }
+}
+
+/// Claims `request`'s checkout (which must be free) and runs one gate whose decision is `decide`,
+/// as the proxy does for each payment: what the store answered.
+pub fn claim_and_gate(
+    store: &Store,
+    request: &CompleteRequest,
+    quote: &Quote,
+    window: Duration,
+    now: OffsetDateTime,
+    decide: &mut dyn FnMut(&LedgerView, &[ApprovalCandidate]) -> Outcome,
+) -> Result<Gated, StoreError> {
+    let claim = store
+        .claim(&request.checkout_id, &request.idempotency_key, now, window)?
+        .unwrap_or_else(|conflict| panic!("the checkout could not be claimed: {conflict:?}"));
+    let digest = BasketDigest::of(quote, &request.instruments);
+    store.gate(
+        &claim,
+        request,
+        quote,
+        &digest,
+        window,
+        now,
+        decide,
+        &AuditRecord::new(now, "complete_checkout"),
+    )
+}
+
+/// The real `decide` under `policy` for this request and quote, as `Store::gate` calls it.
+pub fn decide<'a>(
+    policy: &'a Policy,
+    request: &'a CompleteRequest,
+    quote: &'a Quote,
+    trusted_keys: &'a TrustedKeys,
+    now: OffsetDateTime,
+) -> impl FnMut(&LedgerView, &[ApprovalCandidate]) -> Outcome + 'a {
+    let digest = BasketDigest::of(quote, &request.instruments);
+    move |ledger, approvals| {
+        gate::decide(
+            policy,
+            &Facts {
+                request,
+                quote,
+                digest: &digest,
+                ledger,
+                approvals,
+                trusted_keys,
+                now,
+            },
+        )
     }
 }

@@ -383,15 +383,10 @@ impl World {
 
     /// Runs `cajaguard ARGS --config FILE` with the world's key dir.
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(cajaguard_bin())
-            .args(args)
-            .arg("--config")
-            .arg(&self.config)
-            .env("CAJAGUARD_KEY_DIR", &self.key_dir)
-            .env("HOME", self.dir.path())
-            .env("XDG_CONFIG_HOME", self.dir.path().join(".config"))
+        let xdg = self.dir.path().join(".config");
+        cli(args, &self.config, self.dir.path(), &self.key_dir)
+            .env("XDG_CONFIG_HOME", xdg)
             .env(TOKEN_VAR, SHOP_TOKEN)
-            .stdin(Stdio::null())
             .output()
             .unwrap()
     }
@@ -493,17 +488,25 @@ impl Host {
 
     /// `cajaguard ARGS --config FILE` on this host, with the world's key dir.
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(cajaguard_bin())
-            .args(args)
-            .arg("--config")
-            .arg(&self.config)
-            .env("CAJAGUARD_KEY_DIR", &self.key_dir)
-            .env("HOME", &self.dir)
+        cli(args, &self.config, &self.dir, &self.key_dir)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
             .output()
             .unwrap()
     }
+}
+
+/// `cajaguard ARGS --config CONFIG` with `HOME` and the key dir set and no stdin (so nothing
+/// waits for a human).
+fn cli(args: &[&str], config: &Path, home: &Path, key_dir: &Path) -> Command {
+    let mut command = Command::new(cajaguard_bin());
+    command
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env("CAJAGUARD_KEY_DIR", key_dir)
+        .env("HOME", home)
+        .stdin(Stdio::null());
+    command
 }
 
 pub fn read_json(path: &Path) -> Value {

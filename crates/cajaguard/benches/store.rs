@@ -17,8 +17,9 @@ use std::hint::black_box;
 use std::io::Write;
 use std::time::Duration;
 
-use cajaguard::store::{AuditRecord, Store};
+use cajaguard::store::Store;
 use cajaguard_core::approval::BasketDigest;
+use cajaguard_core::gate::{ApprovalCandidate, LedgerView};
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::CompleteRequest;
 use cajaguard_harness::fixtures;
@@ -99,28 +100,13 @@ fn bench_gate(
                 ..fixtures::request(&checkout)
             };
             let quote = fixtures::quote(&checkout, 2400);
-            let digest = BasketDigest::of(&quote, &request.instruments);
+            let mut decide = |view: &LedgerView, _: &[ApprovalCandidate]| {
+                black_box(view.window_spent);
+                fixtures::forward(2400, BasketDigest::of(&Quote::default(), &[]), None)
+            };
             // The claim is one unsynced write of the allow path (SPEC §4 step 3a).
-            let claim = store
-                .claim(&request.checkout_id, &request.idempotency_key, now, DAY)
-                .unwrap()
-                .unwrap();
-            let audit = AuditRecord::new(now, "complete_checkout");
-            let outcome = store
-                .gate(
-                    &claim,
-                    &request,
-                    &quote,
-                    &digest,
-                    DAY,
-                    now,
-                    &mut |view, _| {
-                        black_box(view.window_spent);
-                        fixtures::forward(2400, BasketDigest::of(&Quote::default(), &[]), None)
-                    },
-                    &audit,
-                )
-                .unwrap();
+            let outcome =
+                fixtures::claim_and_gate(store, &request, &quote, DAY, now, &mut decide).unwrap();
             black_box(outcome)
         })
     });

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use cajaguard::store::{AuditRecord, ReleasedBy, Store};
-use cajaguard_core::approval::{BasketDigest, TrustedKeys};
-use cajaguard_core::gate::{self, Effect, Facts};
+use cajaguard::store::{ReleasedBy, Store};
+use cajaguard_core::approval::TrustedKeys;
+use cajaguard_core::gate::Effect;
 use cajaguard_core::policy::{ConfigOrigin, Policy};
 use cajaguard_core::quote::{Quote, QuoteLine};
 use cajaguard_core::request::CompleteRequest;
@@ -62,10 +62,6 @@ fn policy(dir: &Path) -> Policy {
     .unwrap()
 }
 
-fn record() -> AuditRecord {
-    AuditRecord::new(time::OffsetDateTime::now_utc(), "complete_checkout")
-}
-
 /// One worker: `n` purchases on fresh checkouts, each decided by the real `decide` inside
 /// `Store::gate`; one forward in five is released (a decline), the others settle completed.
 /// Returns (forwarded, completed minor units).
@@ -90,38 +86,12 @@ fn purchase_many(dir: &Path, worker: &str, n: usize) -> (i64, i64) {
             }],
             ..fixtures::quote(&checkout_id, PRICE)
         };
-        let digest = BasketDigest::of(&quote, &request.instruments);
         let now = time::OffsetDateTime::now_utc();
-        let claim = store
-            .claim(&checkout_id, &request.idempotency_key, now, policy.window)
-            .unwrap()
-            .unwrap();
-        let outcome = store
-            .gate(
-                &claim,
-                &request,
-                &quote,
-                &digest,
-                policy.window,
-                now,
-                &mut |ledger, approvals| {
-                    gate::decide(
-                        &policy,
-                        &Facts {
-                            request: &request,
-                            quote: &quote,
-                            digest: &digest,
-                            ledger,
-                            approvals,
-                            trusted_keys: &trusted,
-                            now,
-                        },
-                    )
-                },
-                &record(),
-            )
-            .unwrap()
-            .outcome;
+        let mut decide = fixtures::decide(&policy, &request, &quote, &trusted, now);
+        let outcome =
+            fixtures::claim_and_gate(&store, &request, &quote, policy.window, now, &mut decide)
+                .unwrap()
+                .outcome;
         if let Effect::Forward { .. } = outcome.effect {
             forwarded += 1;
             let settlement = if i % 5 == 0 {

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use cajaguard::store::{AuditRecord, Claim, ReleasedBy, Store};
 use cajaguard_core::approval::{self, ApprovalTerms, BasketDigest, SigningKey};
-use cajaguard_core::gate::{Effect, LedgerView, Outcome, Reason};
+use cajaguard_core::gate::{ApprovalCandidate, Effect, LedgerView, Outcome, Reason};
 use cajaguard_core::settle::Charge;
 use time::OffsetDateTime;
 use time::macros::datetime;
@@ -41,8 +41,28 @@ fn claimed(store: &Store, checkout: &str) -> Claim {
         .unwrap()
 }
 
-fn record() -> AuditRecord {
-    AuditRecord::new(NOW, "complete_checkout")
+/// One gate of `total` on `checkout` (claimed first) under `digest`, decided by `decide`:
+/// whether it let the payment through.
+fn gate(
+    store: &Store,
+    checkout: &str,
+    total: i64,
+    digest: &BasketDigest,
+    decide: &mut dyn FnMut(&LedgerView, &[ApprovalCandidate]) -> Outcome,
+) -> bool {
+    let gated = store
+        .gate(
+            &claimed(store, checkout),
+            &request(checkout),
+            &quote(checkout, total),
+            digest,
+            DAY,
+            NOW,
+            decide,
+            &AuditRecord::new(NOW, "complete_checkout"),
+        )
+        .unwrap();
+    matches!(gated.outcome.effect, Effect::Forward { .. })
 }
 
 /// The window rule, as `decide` applies it.
@@ -72,19 +92,13 @@ fn reserve_many(home: &Path, url: Option<&str>, worker: &str, attempts: usize) -
     let mut forwarded = 0;
     for n in 0..attempts {
         let checkout = format!("gid://fixture/Checkout/{worker}-{n}");
-        let outcome = store
-            .gate(
-                &claimed(&store, &checkout),
-                &request(&checkout),
-                &quote(&checkout, TOTAL),
-                &request_digest(),
-                DAY,
-                NOW,
-                &mut |view, _| within_window(view),
-                &record(),
-            )
-            .unwrap();
-        if matches!(outcome.outcome.effect, Effect::Forward { .. }) {
+        if gate(
+            &store,
+            &checkout,
+            TOTAL,
+            &request_digest(),
+            &mut |view, _| within_window(view),
+        ) {
             forwarded += 1;
         }
     }
@@ -155,22 +169,16 @@ fn signed_approval(home: &Path, url: Option<&str>) -> (BasketDigest, String) {
 
 /// One gate that uses the approval if `decide` sees it unused. Returns whether it did.
 fn try_use_approval(store: &Store, digest: &BasketDigest, checkout: &str) -> bool {
-    let outcome = store
-        .gate(
-            &claimed(store, checkout),
-            &request(checkout),
-            &quote(checkout, 8900),
-            digest,
-            DAY,
-            NOW,
-            &mut |_, approvals| match approvals.iter().find(|a| !a.used) {
-                Some(unused) => forward(8900, Some(unused.document.nonce.clone())),
-                None => fixtures::refuse(Reason::ApprovalAlreadyUsed),
-            },
-            &record(),
-        )
-        .unwrap();
-    matches!(outcome.outcome.effect, Effect::Forward { .. })
+    gate(
+        store,
+        checkout,
+        8900,
+        digest,
+        &mut |_, approvals| match approvals.iter().find(|a| !a.used) {
+            Some(unused) => forward(8900, Some(unused.document.nonce.clone())),
+            None => fixtures::refuse(Reason::ApprovalAlreadyUsed),
+        },
+    )
 }
 
 #[test]
@@ -351,18 +359,9 @@ fn crash_loop(home: &Path) {
     let store = Store::open(home).unwrap();
     for n in 0_u64.. {
         let checkout = format!("gid://fixture/Checkout/crash-{n}");
-        store
-            .gate(
-                &claimed(&store, &checkout),
-                &request(&checkout),
-                &quote(&checkout, 100),
-                &request_digest(),
-                DAY,
-                NOW,
-                &mut |_, _| forward(100, Some(crash_nonce(n))),
-                &record(),
-            )
-            .unwrap();
+        gate(&store, &checkout, 100, &request_digest(), &mut |_, _| {
+            forward(100, Some(crash_nonce(n)))
+        });
         let settled = cajaguard_core::settle::Settlement::Completed(Charge {
             amount: 100,
             currency: None,

@@ -162,7 +162,7 @@ pub fn run(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> Result<Timi
     core::core_rows(&mut t, sizes)?;
 
     progress("seeding the ledgers; fsync floor and Store::gate, interleaved");
-    store::store_rows(&mut t, homes.path(), sizes, progress)?;
+    crate::scenarios::caught(|| store::store_rows(&mut t, homes.path(), sizes, progress))?;
 
     progress("MCP round trips: straight to the shop and through cajaguard mcp");
     crate::scenarios::caught(|| mcp::round_trip_rows(&mut t, &setup, sizes))?;

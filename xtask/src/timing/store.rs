@@ -4,10 +4,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, anyhow, bail};
-use cajaguard::store::{AuditRecord, Store};
-use cajaguard_core::approval::BasketDigest;
-use cajaguard_core::gate::{self, ApprovalCandidate, Facts, LedgerView, Verdict};
+use anyhow::{Result, bail};
+use cajaguard::store::Store;
+use cajaguard_core::gate::Verdict;
 use cajaguard_core::policy::Policy;
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::CompleteRequest;
@@ -125,47 +124,14 @@ pub(super) fn gate_allow_samples(
             checkout_id,
             ..c.small.clone()
         };
-        let digest = BasketDigest::of(&quote, &request.instruments);
         let now = OffsetDateTime::now_utc();
-        // The claim is part of the allow path now (SPEC §4 step 3a): one unsynced write more.
-        let claim = store
-            .claim(
-                &request.checkout_id,
-                &request.idempotency_key,
-                now,
-                Duration::from_secs(60),
-            )?
-            .map_err(|conflict| anyhow!("the checkout could not be claimed: {conflict:?}"))?;
-        let mut decide = |ledger: &LedgerView, approvals: &[ApprovalCandidate]| {
-            let facts = Facts {
-                request: &request,
-                quote: &quote,
-                digest: &digest,
-                ledger,
-                approvals,
-                trusted_keys: &c.trusted,
-                now,
-            };
-            gate::decide(policy, &facts)
-        };
-        let gated = store.gate(
-            &claim,
-            &request,
-            &quote,
-            &digest,
-            policy.window,
-            now,
-            &mut decide,
-            &audit_record(now),
-        )?;
+        let mut decide = fixtures::decide(policy, &request, &quote, &c.trusted, now);
+        let gated =
+            fixtures::claim_and_gate(store, &request, &quote, policy.window, now, &mut decide)?;
         let outcome = gated.outcome;
         if outcome.ruling.verdict != Verdict::Allow {
             bail!("the gate did not allow: {}", outcome.ruling.reason.as_str());
         }
         Ok(outcome)
     })
-}
-
-fn audit_record(now: OffsetDateTime) -> AuditRecord {
-    AuditRecord::new(now, "complete_checkout")
 }
