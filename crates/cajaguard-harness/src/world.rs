@@ -463,6 +463,24 @@ impl World {
     pub fn approvals_dir(&self) -> PathBuf {
         self.home.join("approvals")
     }
+
+    /// Whether no approval file was written (the folder missing or empty).
+    pub fn no_approval_files(&self) -> bool {
+        std::fs::read_dir(self.approvals_dir()).map_or(true, |mut files| files.next().is_none())
+    }
+
+    /// Waits (up to a minute) until a line the test shop received contains `needle`: the call is
+    /// with the shop.
+    pub fn wait_for_test_shop_line(&self, needle: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !self.test_shop_lines().iter().any(|l| l.contains(needle)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{needle} never reached the shop"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
 }
 
 impl Host {

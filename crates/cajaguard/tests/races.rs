@@ -86,11 +86,11 @@ fn hosts(world: &World, url: &str, count: usize) -> Vec<Host> {
 
 #[test]
 fn eight_proxies_with_their_own_homes_on_one_postgres_never_pass_the_window() {
-    let Some(base) = pg_support::base_url() else {
-        pg_support::notice("eight_proxies_..._on_one_postgres_never_pass_the_window");
+    let Some(schema) =
+        pg_support::schema_or_notice("eight_proxies_..._on_one_postgres_never_pass_the_window")
+    else {
         return;
     };
-    let schema = pg_support::Schema::create(&base);
     let world = World::new();
     let hosts = hosts(&world, &schema.url, 8);
     let mut agents = race::with_checkouts(hosts.iter().map(Host::proxy), "rain-shell", 1);
@@ -113,11 +113,11 @@ fn eight_proxies_with_their_own_homes_on_one_postgres_never_pass_the_window() {
 
 #[test]
 fn a_request_blocked_on_one_host_is_approved_from_another_and_used_once() {
-    let Some(base) = pg_support::base_url() else {
-        pg_support::notice("a_request_blocked_on_one_host_is_approved_from_another_and_used_once");
+    let Some(schema) = pg_support::schema_or_notice(
+        "a_request_blocked_on_one_host_is_approved_from_another_and_used_once",
+    ) else {
         return;
     };
-    let schema = pg_support::Schema::create(&base);
     let world = World::new();
     let hosts = hosts(&world, &schema.url, 3);
     let mut request_id = String::new();

@@ -124,6 +124,18 @@ fn gate_with(
     gate_id(store, &d(1), checkout, key, currency, total, now, outcome)
 }
 
+/// [`gate_id`] of a USD payment now.
+fn gate_usd(
+    store: &Store,
+    digest: &BasketDigest,
+    checkout: &str,
+    key: &str,
+    total: i64,
+    outcome: Outcome,
+) -> Result<(LedgerView, Vec<ApprovalCandidate>), StoreError> {
+    gate_id(store, digest, checkout, key, "USD", total, NOW, outcome)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn gate_id(
     store: &Store,
@@ -746,14 +758,12 @@ fn a_block_records_the_pending_request(fx: &Fixture) {
     let digest = d(7);
     let id = digest.request_id();
     let p = pending_request(&id, digest, 8900);
-    gate_id(
+    gate_usd(
         store,
         &digest,
         "gid://fixture/Checkout/7",
         "k1",
-        "USD",
         8900,
-        NOW,
         refuse(Some(p.clone())),
     )
     .unwrap();
@@ -966,14 +976,12 @@ fn the_gate_sees_approvals_and_their_use(fx: &Fixture) {
         .unwrap();
 
     let c = "gid://fixture/Checkout/7";
-    let (_, seen) = gate_id(
+    let (_, seen) = gate_usd(
         store,
         &digest,
         c,
         "k1",
-        "USD",
         8900,
-        NOW,
         forward("USD", 8900, Some(&doc.nonce)),
     )
     .unwrap();
@@ -983,14 +991,12 @@ fn the_gate_sees_approvals_and_their_use(fx: &Fixture) {
         (doc.clone(), false)
     );
 
-    let (_, seen) = gate_id(
+    let (_, seen) = gate_usd(
         store,
         &digest,
         "gid://fixture/Checkout/8",
         "k1",
-        "USD",
         8900,
-        NOW,
         refuse(None),
     )
     .unwrap();
@@ -1012,14 +1018,12 @@ fn approval_status_follows_the_request(fx: &Fixture) {
     let status = |now| store.approval_status(&id, &trusted, now, ttl).unwrap();
 
     assert_eq!(status(NOW), ApprovalStatus::Invalid);
-    gate_id(
+    gate_usd(
         store,
         &digest,
         c,
         "k1",
-        "USD",
         8900,
-        NOW,
         refuse(Some(pending_request(&id, digest, 8900))),
     )
     .unwrap();
@@ -1043,14 +1047,12 @@ fn approval_status_follows_the_request(fx: &Fixture) {
         ApprovalStatus::Pending
     );
 
-    gate_id(
+    gate_usd(
         store,
         &digest,
         c,
         "k1",
-        "USD",
         8900,
-        NOW,
         forward("USD", 8900, Some(&doc.nonce)),
     )
     .unwrap();
