@@ -16,6 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod bins;
+pub mod fixture_server;
 pub mod fixtures;
 pub mod mcp;
 pub mod pg;
