@@ -6,6 +6,9 @@
 //! embedded SQLite store and against PostgreSQL (`CAJAGUARD_TEST_POSTGRES_URL`, a fresh schema per
 //! test; skipped with a notice when the variable is unset). The `both!` list at the end registers
 //! them as `sqlite::NAME` and `postgres::NAME`.
+//!
+//! One file over 500 lines on purpose: it is one idea, the store's contract, and one `both!` list
+//! keeps every test on both backends (split files would each need their own list and fixture).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a panic is a failure report.
 

@@ -16,7 +16,7 @@ use cajaguard_harness::fixtures;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
-use super::{Sizes, Target, Timing};
+use super::{Sizes, Timing};
 use crate::stats::{Summary, time_n};
 
 /// The core bench's inputs: a policy, ~2 KB arguments, ~2 KB checkouts, an approval.
@@ -165,11 +165,7 @@ pub(super) fn core_rows(t: &mut Timing, sizes: Sizes) -> Result<()> {
         Summary::of(&samples),
         "ed25519",
     );
-    let p50 = row.summary.p50_ns;
-    row.target = Some(Target {
-        goal: "<= 0.08 ms p50".into(),
-        met: p50 <= 80_000.0,
-    });
+    row.p50_at_most("<= 0.08 ms p50", 80_000.0);
 
     let accepted = [ApprovalCandidate {
         document: c.approval.clone(),
@@ -222,11 +218,7 @@ pub(super) fn core_rows(t: &mut Timing, sizes: Sizes) -> Result<()> {
         Summary::of(&samples),
         "pipe",
     );
-    let p50 = row.summary.p50_ns;
-    row.target = Some(Target {
-        goal: "<= 0.02 ms p50".into(),
-        met: p50 <= 20_000.0,
-    });
+    row.p50_at_most("<= 0.02 ms p50", 20_000.0);
 
     // What every forwarded call in test mode runs: the whole params, arguments and `_meta`.
     let params = json!({"name": "complete_checkout", "arguments": c.args,
@@ -243,10 +235,6 @@ pub(super) fn core_rows(t: &mut Timing, sizes: Sizes) -> Result<()> {
         Summary::of(&samples),
         "pipe",
     );
-    let p50 = row.summary.p50_ns;
-    row.target = Some(Target {
-        goal: "<= 10 µs p50".into(),
-        met: p50 <= 10_000.0,
-    });
+    row.p50_at_most("<= 10 µs p50", 10_000.0);
     Ok(())
 }

@@ -9,7 +9,7 @@ use anyhow::{Result, bail};
 use cajaguard_harness::{Bins, Mcp, Options, completed, get_args, shop_checkout, test_shop_script};
 use serde_json::json;
 
-use super::{Sizes, Target, Timing};
+use super::{Sizes, Timing};
 use crate::scenarios::test_shop_world;
 use crate::stats::{Summary, time_n};
 use cajaguard_harness::spec::Setup;
@@ -73,11 +73,7 @@ pub(super) fn round_trip_rows(t: &mut Timing, setup: &Setup, sizes: Sizes) -> Re
         proxy_summary.minus(&direct_summary),
         "pipe",
     );
-    let p50 = row.summary.p50_ns;
-    row.target = Some(Target {
-        goal: "<= 50 µs p50".into(),
-        met: p50 <= 50_000.0,
-    });
+    row.p50_at_most("<= 50 µs p50", 50_000.0);
     row.note = Some("percentile differences, not a distribution".into());
     drop(through);
     drop(direct);
