@@ -114,19 +114,6 @@ fn reserved(home: &Path, url: Option<&str>) -> i64 {
         .unwrap_or(0)
 }
 
-#[test]
-fn threads_with_their_own_connections_never_pass_the_window() {
-    threads_never_pass_the_window(None);
-}
-
-#[test]
-fn threads_with_their_own_connections_never_pass_the_window_postgres() {
-    let Some(schema) = pg_support::schema_or_notice("threads_..._postgres") else {
-        return;
-    };
-    threads_never_pass_the_window(Some(&schema.url));
-}
-
 fn threads_never_pass_the_window(url: Option<&str>) {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
@@ -179,21 +166,6 @@ fn try_use_approval(store: &Store, digest: &BasketDigest, checkout: &str) -> boo
             None => fixtures::refuse(Reason::ApprovalAlreadyUsed),
         },
     )
-}
-
-#[test]
-fn one_approval_raced_by_threads_is_used_once() {
-    approval_raced_by_threads(None);
-}
-
-#[test]
-fn one_approval_raced_by_threads_is_used_once_postgres() {
-    let Some(schema) =
-        pg_support::schema_or_notice("one_approval_raced_by_threads_is_used_once_postgres")
-    else {
-        return;
-    };
-    approval_raced_by_threads(Some(&schema.url));
 }
 
 fn approval_raced_by_threads(url: Option<&str>) {
@@ -303,20 +275,6 @@ fn run_workers(
         .sum()
 }
 
-#[test]
-fn processes_sharing_a_home_never_pass_the_window() {
-    processes_never_pass_the_window(None);
-}
-
-#[test]
-fn processes_with_their_own_homes_sharing_postgres_never_pass_the_window() {
-    let Some(schema) = pg_support::schema_or_notice("processes_..._postgres_never_pass_the_window")
-    else {
-        return;
-    };
-    processes_never_pass_the_window(Some(&schema.url));
-}
-
 fn processes_never_pass_the_window(url: Option<&str>) {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
@@ -326,25 +284,36 @@ fn processes_never_pass_the_window(url: Option<&str>) {
     assert_eq!(reserved(&home, url), FIT * TOTAL);
 }
 
-#[test]
-fn processes_sharing_a_home_use_one_approval_once() {
-    processes_use_one_approval_once(None);
-}
-
-#[test]
-fn processes_with_their_own_homes_sharing_postgres_use_one_approval_once() {
-    let Some(schema) = pg_support::schema_or_notice("processes_..._postgres_use_one_approval_once")
-    else {
-        return;
-    };
-    processes_use_one_approval_once(Some(&schema.url));
-}
-
 fn processes_use_one_approval_once(url: Option<&str>) {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
     let (id, _) = signed_approval(&home, url);
     assert_eq!(run_workers(&home, url, "approval", 4, Some(&id)), 1);
+}
+
+/// Each `SQLITE, POSTGRES => BODY;` is two tests: `BODY(None)` on SQLite, and `BODY(Some(url))` on
+/// a fresh PostgreSQL schema (skipped with a notice without `CAJAGUARD_TEST_POSTGRES_URL`).
+macro_rules! sqlite_and_postgres {
+    ($($sqlite:ident, $postgres:ident => $body:ident;)*) => {$(
+        #[test]
+        fn $sqlite() {
+            $body(None);
+        }
+
+        #[test]
+        fn $postgres() {
+            if let Some(schema) = pg_support::schema_or_notice(stringify!($postgres)) {
+                $body(Some(&schema.url));
+            }
+        }
+    )*};
+}
+
+sqlite_and_postgres! {
+    one_approval_raced_by_threads_is_used_once, one_approval_raced_by_threads_is_used_once_postgres => approval_raced_by_threads;
+    threads_with_their_own_connections_never_pass_the_window, threads_with_their_own_connections_never_pass_the_window_postgres => threads_never_pass_the_window;
+    processes_sharing_a_home_never_pass_the_window, processes_with_their_own_homes_sharing_postgres_never_pass_the_window => processes_never_pass_the_window;
+    processes_sharing_a_home_use_one_approval_once, processes_with_their_own_homes_sharing_postgres_use_one_approval_once => processes_use_one_approval_once;
 }
 
 // ---- kill -9 ----

@@ -63,14 +63,13 @@ fn simple_buy(
     pay(&world, &mut mcp, obs, row, &checkout, &total)
 }
 
-/// A day pack blocked for approval (observed as such): its checkout, total and request id.
-fn blocked_day_pack(
-    world: &World,
-    mcp: &mut Mcp,
-    obs: &mut dyn Observer,
-) -> (String, String, String) {
+/// A default world whose proxy has a day pack blocked for approval (observed as such): the
+/// world, the session, the checkout, its total and the request id.
+fn blocked_day_pack(setup: &Setup, obs: &mut dyn Observer) -> (World, Mcp, String, String, String) {
+    let world = setup.default_world();
+    let mut mcp = world.proxy();
     let (checkout, total) = mcp.create_priced("day-pack", 1);
-    let blocked = pay(world, mcp, obs, &DAY_PACK_BLOCKED, &checkout, &total);
+    let blocked = pay(&world, &mut mcp, obs, &DAY_PACK_BLOCKED, &checkout, &total);
     let request_id = verdict(&blocked)
         .2
         .expect("a blocked payment names its request id");
@@ -81,7 +80,7 @@ fn blocked_day_pack(
         next.contains(&format!("cajaguard approve {request_id}")),
         "next step: {next}"
     );
-    (checkout, total, request_id)
+    (world, mcp, checkout, total, request_id)
 }
 
 /// `cajaguard approve REQUEST --yes EXTRA...`, which must succeed; its stderr.
@@ -130,9 +129,7 @@ pub(super) fn day_pack_without_approval_is_blocked_then_allowed_with_one(
     setup: &Setup,
     obs: &mut dyn Observer,
 ) {
-    let world = setup.default_world();
-    let mut mcp = world.proxy();
-    let (checkout, total, request_id) = blocked_day_pack(&world, &mut mcp, obs);
+    let (world, mut mcp, checkout, total, request_id) = blocked_day_pack(setup, obs);
     approve(&world, &request_id, &[]);
     let result = pay(&world, &mut mcp, obs, &DAY_PACK_APPROVED, &checkout, &total);
     assert_eq!(
@@ -149,9 +146,7 @@ pub(super) fn approved_then_declined_by_the_shop_cannot_be_replayed(
     setup: &Setup,
     obs: &mut dyn Observer,
 ) {
-    let world = setup.default_world();
-    let mut mcp = world.proxy();
-    let (checkout, total, request_id) = blocked_day_pack(&world, &mut mcp, obs);
+    let (world, mut mcp, checkout, total, request_id) = blocked_day_pack(setup, obs);
     approve(&world, &request_id, &[]);
     let declined = attempt(&world, obs, &SHOP_DECLINES, &checkout, &total, || {
         mcp.complete(
@@ -169,9 +164,7 @@ pub(super) fn approval_signed_by_an_untrusted_key_is_refused(
     setup: &Setup,
     obs: &mut dyn Observer,
 ) {
-    let world = setup.default_world();
-    let mut mcp = world.proxy();
-    let (checkout, total, request_id) = blocked_day_pack(&world, &mut mcp, obs);
+    let (world, mut mcp, checkout, total, request_id) = blocked_day_pack(setup, obs);
     let stranger = world.dir.path().join("stranger");
     let stranger = stranger.to_string_lossy();
     let out = std::process::Command::new(cajaguard_bin())
@@ -196,9 +189,7 @@ pub(super) fn approval_with_an_edited_expiry_has_a_bad_signature(
     setup: &Setup,
     obs: &mut dyn Observer,
 ) {
-    let world = setup.default_world();
-    let mut mcp = world.proxy();
-    let (checkout, total, request_id) = blocked_day_pack(&world, &mut mcp, obs);
+    let (world, mut mcp, checkout, total, request_id) = blocked_day_pack(setup, obs);
     approve(&world, &request_id, &["--ttl", "5m"]);
     let path = approval_file(&world);
     let mut document = read_json(&path);
@@ -212,9 +203,7 @@ pub(super) fn approval_six_minutes_after_a_five_minute_ttl_has_expired(
     obs: &mut dyn Observer,
 ) {
     use cajaguard_core::approval::{self, ApprovalTerms, Decision, RequestId};
-    let world = setup.default_world();
-    let mut mcp = world.proxy();
-    let (checkout, total, request_id) = blocked_day_pack(&world, &mut mcp, obs);
+    let (world, mut mcp, checkout, total, request_id) = blocked_day_pack(setup, obs);
     // Signed by the trusted key, issued 6 minutes ago with a 5 minute lifetime.
     let store = cajaguard::store::Store::open(&world.home).unwrap();
     let id = RequestId::parse(&request_id).unwrap();
@@ -243,9 +232,7 @@ pub(super) fn approval_six_minutes_after_a_five_minute_ttl_has_expired(
 }
 
 pub(super) fn a_signed_deny_denies(setup: &Setup, obs: &mut dyn Observer) {
-    let world = setup.default_world();
-    let mut mcp = world.proxy();
-    let (checkout, total, request_id) = blocked_day_pack(&world, &mut mcp, obs);
+    let (world, mut mcp, checkout, total, request_id) = blocked_day_pack(setup, obs);
     let out = world.cli(&["deny", &request_id, "--yes"]);
     assert!(
         out.status.success(),
