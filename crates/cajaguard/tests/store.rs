@@ -127,6 +127,25 @@ fn gate_with(
     gate_id(store, &d(1), checkout, key, currency, total, now, outcome)
 }
 
+/// USD 89.00 on `checkout` under `digest`, let through with the approval `nonce` (key `k1`): what
+/// `decide` saw.
+fn pay_approved(
+    store: &Store,
+    digest: &BasketDigest,
+    checkout: &str,
+    nonce: &str,
+) -> (LedgerView, Vec<ApprovalCandidate>) {
+    gate_usd(
+        store,
+        digest,
+        checkout,
+        "k1",
+        8900,
+        forward("USD", 8900, Some(nonce)),
+    )
+    .unwrap()
+}
+
 /// [`gate_id`] of a USD payment now.
 fn gate_usd(
     store: &Store,
@@ -979,15 +998,7 @@ fn the_gate_sees_approvals_and_their_use(fx: &Fixture) {
         .unwrap();
 
     let c = "gid://fixture/Checkout/7";
-    let (_, seen) = gate_usd(
-        store,
-        &digest,
-        c,
-        "k1",
-        8900,
-        forward("USD", 8900, Some(&doc.nonce)),
-    )
-    .unwrap();
+    let (_, seen) = pay_approved(store, &digest, c, &doc.nonce);
     assert_eq!(seen.len(), 1);
     assert_eq!(
         (seen[0].document.clone(), seen[0].used),
@@ -1050,15 +1061,7 @@ fn approval_status_follows_the_request(fx: &Fixture) {
         ApprovalStatus::Pending
     );
 
-    gate_usd(
-        store,
-        &digest,
-        c,
-        "k1",
-        8900,
-        forward("USD", 8900, Some(&doc.nonce)),
-    )
-    .unwrap();
+    pay_approved(store, &digest, c, &doc.nonce);
     assert_eq!(
         status(NOW + time::Duration::minutes(1)),
         ApprovalStatus::Used
