@@ -17,7 +17,6 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 
 use super::{Sizes, Timing};
-use crate::stats::{Summary, time_n};
 
 /// The core bench's inputs: a policy, ~2 KB arguments, ~2 KB checkouts, an approval.
 pub(super) struct CoreInputs {
@@ -109,41 +108,33 @@ pub(super) fn core_rows(t: &mut Timing, sizes: Sizes) -> Result<()> {
         Ok(())
     };
 
-    let samples = time_n(sizes.cpu, || {
-        expect(decide(&c.small, &[]), Verdict::Allow, Reason::WithinCaps)
-    })?;
-    t.push(
+    t.timed(
         "decide_allow",
         "decide(): allow (USD 24.00, 8 line items, ~2 KB checkout)",
-        Summary::of(&samples),
         "pipe",
-    );
+        sizes.cpu,
+        || expect(decide(&c.small, &[]), Verdict::Allow, Reason::WithinCaps),
+    )?;
 
-    let samples = time_n(sizes.cpu, || {
+    t.timed("request_digest", "BasketDigest::of(): the request digest of SPEC §6 (8 line items, ~2 KB checkout), once per payment", "pipe", sizes.cpu, || {
         let digest = BasketDigest::of(std::hint::black_box(&c.small), &c.request.instruments);
         std::hint::black_box(digest);
         Ok(())
     })?;
-    t.push(
-        "request_digest",
-        "BasketDigest::of(): the request digest of SPEC §6 (8 line items, ~2 KB checkout), once per payment",
-        Summary::of(&samples),
-        "pipe",
-    );
 
-    let samples = time_n(sizes.cpu, || {
-        expect(
-            decide(&c.big, &[]),
-            Verdict::Blocked,
-            Reason::PendingApproval,
-        )
-    })?;
-    t.push(
+    t.timed(
         "decide_blocked",
         "decide(): blocked, pending approval (USD 88.00)",
-        Summary::of(&samples),
         "pipe",
-    );
+        sizes.cpu,
+        || {
+            expect(
+                decide(&c.big, &[]),
+                Verdict::Blocked,
+                Reason::PendingApproval,
+            )
+        },
+    )?;
 
     // A real approval whose expires_at was edited: the signature check runs in full and fails.
     let mut tampered = c.approval.clone();
@@ -152,89 +143,85 @@ pub(super) fn core_rows(t: &mut Timing, sizes: Sizes) -> Result<()> {
         document: tampered,
         used: false,
     }];
-    let samples = time_n(sizes.crypto, || {
-        expect(
-            decide(&c.big, &rejected),
-            Verdict::Blocked,
-            Reason::ApprovalBadSignature,
-        )
-    })?;
-    let row = t.push(
+    let row = t.timed(
         "decide_approval_rejected",
         "decide(): approval rejected (edited expires_at, full signature check)",
-        Summary::of(&samples),
         "ed25519",
-    );
+        sizes.crypto,
+        || {
+            expect(
+                decide(&c.big, &rejected),
+                Verdict::Blocked,
+                Reason::ApprovalBadSignature,
+            )
+        },
+    )?;
     row.p50_at_most("<= 0.08 ms p50", 80_000.0);
 
     let accepted = [ApprovalCandidate {
         document: c.approval.clone(),
         used: false,
     }];
-    let samples = time_n(sizes.crypto, || {
-        expect(
-            decide(&c.big, &accepted),
-            Verdict::AllowApproved,
-            Reason::SignedApproval,
-        )
-    })?;
-    t.push(
+    t.timed(
         "decide_allow_approved",
         "decide(): allow with a valid signed approval",
-        Summary::of(&samples),
         "ed25519",
-    );
+        sizes.crypto,
+        || {
+            expect(
+                decide(&c.big, &accepted),
+                Verdict::AllowApproved,
+                Reason::SignedApproval,
+            )
+        },
+    )?;
 
-    let samples = time_n(sizes.crypto, || {
-        approval::verify(
-            std::hint::black_box(&c.approval),
-            &c.trusted,
-            &c.digest,
-            c.now,
-            Duration::from_secs(900),
-        )
-        .map(|_| ())
-        .map_err(|r| anyhow!("the approval did not verify: {r:?}"))
-    })?;
-    t.push(
+    t.timed(
         "approval_verify",
         "approval::verify(): a valid approval",
-        Summary::of(&samples),
         "ed25519",
-    );
+        sizes.crypto,
+        || {
+            approval::verify(
+                std::hint::black_box(&c.approval),
+                &c.trusted,
+                &c.digest,
+                c.now,
+                Duration::from_secs(900),
+            )
+            .map(|_| ())
+            .map_err(|r| anyhow!("the approval did not verify: {r:?}"))
+        },
+    )?;
 
     // The card number sits at the end of the ~2 KB arguments: the scan reads them all.
     let mut with_pan = c.args.clone();
     with_pan["context"]["history"] = json!(["search socks", "paid with 4111 1111 1111 1111"]);
-    let samples = time_n(sizes.cpu, || {
-        match tripwire::scan(&c.policy.test_mode, std::hint::black_box(&with_pan)) {
-            Some(hit) => Ok(hit),
-            None => bail!("the tripwire missed the card number"),
-        }
-    })?;
-    let row = t.push(
+    let row = t.timed(
         "tripwire_deny",
         "tripwire::scan(): deny, card number at the end of ~2 KB arguments",
-        Summary::of(&samples),
         "pipe",
-    );
+        sizes.cpu,
+        || match tripwire::scan(&c.policy.test_mode, std::hint::black_box(&with_pan)) {
+            Some(hit) => Ok(hit),
+            None => bail!("the tripwire missed the card number"),
+        },
+    )?;
     row.p50_at_most("<= 0.02 ms p50", 20_000.0);
 
     // What every forwarded call in test mode runs: the whole params, arguments and `_meta`.
     let params = json!({"name": "complete_checkout", "arguments": c.args,
                         "_meta": {"progressToken": "9c1d2e3f-4a5b-4c6d-8e7f-0a1b2c3d4e5f"}});
-    let samples = time_n(sizes.cpu, || {
-        match tripwire::scan_params(&c.policy.test_mode, std::hint::black_box(&params)) {
-            None => Ok(()),
-            Some(hit) => bail!("the tripwire hit clean arguments: {}", hit.rule.as_str()),
-        }
-    })?;
-    let row = t.push(
+    let row = t.timed(
         "tripwire_clean",
         "tripwire::scan_params(): clean ~2 KB arguments (every call in test mode)",
-        Summary::of(&samples),
         "pipe",
-    );
+        sizes.cpu,
+        || match tripwire::scan_params(&c.policy.test_mode, std::hint::black_box(&params)) {
+            None => Ok(()),
+            Some(hit) => bail!("the tripwire hit clean arguments: {}", hit.rule.as_str()),
+        },
+    )?;
     row.p50_at_most("<= 10 µs p50", 10_000.0);
     Ok(())
 }

@@ -15,7 +15,7 @@ use anyhow::Result;
 use cajaguard_harness::Bins;
 use serde::Serialize;
 
-use crate::stats::Summary;
+use crate::stats::{Summary, time_n};
 
 /// How many samples each row takes, and how big the large ledger is.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -101,6 +101,19 @@ impl Timing {
     }
 
     /// Adds a cost row, with its ratio to its floor.
+    /// Times `f` `n` times (see [`time_n`]) and adds the row; `f` failing fails the row.
+    pub(super) fn timed<T>(
+        &mut self,
+        key: &str,
+        name: &str,
+        floor: &str,
+        n: usize,
+        f: impl FnMut() -> Result<T>,
+    ) -> Result<&mut Row> {
+        let samples = time_n(n, f)?;
+        Ok(self.push(key, name, Summary::of(&samples), floor))
+    }
+
     pub(super) fn push(
         &mut self,
         key: &str,
