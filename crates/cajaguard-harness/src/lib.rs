@@ -1,11 +1,18 @@
 //! Test scaffolding written once, for the integration tests of `crates/cajaguard`, the benches and
 //! `cargo xtask report`: a [`World`] (a fresh home, a config, keys made by `cajaguard keygen`, a
 //! shop process), an [`Mcp`] session to a `cajaguard mcp` child, UCP builders and verdict parsing
-//! ([`ucp`]), pure fixtures for the core ([`fixtures`]), PostgreSQL schemas ([`pg`]) and the
-//! SPEC §10 table with the flows that produce its rows ([`spec`]).
+//! ([`ucp`]), pure fixtures for the core and the store ([`fixtures`]), PostgreSQL schemas
+//! ([`pg`]), racing sessions ([`race`]), worker processes ([`workers`]) and the SPEC §10 table
+//! with the flows that produce its rows ([`spec`]).
+//!
+//! A dev-dependency of `cajaguard` and `cajaguard-core` (their integration tests and benches; a
+//! crate's own unit tests cannot use it) and a dependency of `xtask`; not a default member, so a
+//! plain `cargo build` does not build it.
 //!
 //! # Why the helpers panic
-//! Every helper panics with a message saying what went wrong instead of returning a `Result`. The
+//! Every helper panics with a message saying what went wrong instead of returning a `Result`
+//! (the one exception, [`fixtures::claim_and_gate`], returns the store's error because tests
+//! assert on it). The
 //! tests are most of the callers (hundreds of call sites), and there a failing helper *is* the test
 //! failing: each call reads as the step it is, with no `?` or `.unwrap()` on every line. The report
 //! is the other caller and must not crash on a broken world; it runs each scenario and measurement
