@@ -1,18 +1,12 @@
 //! The agent's side of the relay on arbitrary bytes: line framing (bounded), the JSON-RPC envelope,
 //! the duplicate-key check the gated call relies on, and the raw object edit that adds
 //! `_meta.cajaguard`. No panic; an edited object stays valid JSON with every other member intact;
-//! the duplicate-key check agrees with serde_json about what is JSON.
+//! the duplicate-key check agrees with serde_json about what is JSON; and the same bytes as an
+//! event stream from an HTTP shop, whose events never exceed their bound.
 #![no_main]
 
-// The relay's modules are compiled in directly rather than through the `cajaguard` crate: they
-// need only serde, and the crate would bring SQLite and the CLI into every fuzz build.
-#[allow(dead_code)]
-#[path = "../../crates/cajaguard/src/proxy/jsonrpc.rs"]
-mod jsonrpc;
-#[allow(dead_code)]
-#[path = "../../crates/cajaguard/src/proxy/rawjson.rs"]
-mod rawjson;
-
+use cajaguard_wire::sse::{Event, SseReader};
+use cajaguard_wire::{jsonrpc, rawjson};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -29,7 +23,10 @@ fuzz_target!(|data: &[u8]| {
                 // An id read from an oversized line is a valid id, never a fragment.
                 if let Some(id) = id {
                     let raw: Box<RawValue> = serde_json::from_str(&id).expect("the id is JSON");
-                    assert!(raw.get().starts_with('"') || raw.get().parse::<i128>().is_ok(), "{id}");
+                    assert!(
+                        raw.get().starts_with('"') || raw.get().parse::<i128>().is_ok(),
+                        "{id}"
+                    );
                 }
             }
             Ok(jsonrpc::Line::Eof) | Err(_) => break,
@@ -37,6 +34,13 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(text) = std::str::from_utf8(data) {
         check(text);
+    }
+
+    let mut events = SseReader::new(std::io::BufReader::with_capacity(5, data));
+    while let Ok(Some(event)) = events.next_event(1024) {
+        if let Event::Message(message) = event {
+            assert!(message.len() <= 1024, "an event over the limit got through");
+        }
     }
 });
 
@@ -46,7 +50,10 @@ fn check(text: &str) {
     // Both go through serde_json's parser with the same depth limit, so what the gate reads as
     // JSON without duplicates is JSON, and JSON is never an error for the check. (After a duplicate
     // is found the rest is skipped without a depth limit, so that direction alone may differ.)
-    assert!(!(parsed.is_ok() && duplicate.is_err()), "JSON refused by the duplicate check: {text:?}");
+    assert!(
+        !(parsed.is_ok() && duplicate.is_err()),
+        "JSON refused by the duplicate check: {text:?}"
+    );
     assert!(
         !(matches!(duplicate, Ok(None)) && parsed.is_err()),
         "not JSON, yet passed the duplicate check: {text:?}"
@@ -64,21 +71,40 @@ fn check(text: &str) {
         Ok(envelope) => {
             let value: Value = serde_json::from_str(text).expect("a valid envelope is JSON");
             assert_eq!(value["jsonrpc"], "2.0", "{text:?}");
-            assert!(envelope.method.is_some() || envelope.result.is_some() || envelope.error.is_some());
+            assert!(
+                envelope.method.is_some() || envelope.result.is_some() || envelope.error.is_some()
+            );
             if let Some(params) = &envelope.params {
-                assert!(matches!(params.get().as_bytes().first(), Some(b'{' | b'[')), "{text:?}");
+                assert!(
+                    matches!(params.get().as_bytes().first(), Some(b'{' | b'[')),
+                    "{text:?}"
+                );
             }
             if let (Some(_), Some(id)) = (&envelope.method, &envelope.id) {
-                assert!(matches!(&value["id"], Value::String(_)) || value["id"].is_i64() || value["id"].is_u64(), "{text:?}");
+                assert!(
+                    matches!(&value["id"], Value::String(_))
+                        || value["id"].is_i64()
+                        || value["id"].is_u64(),
+                    "{text:?}"
+                );
                 let _ = id;
             }
         }
         Err(invalid) => {
-            let answer: Value = serde_json::from_str(&invalid.line()).expect("an error line is JSON");
-            assert!(answer["id"].is_null() || answer["id"].is_string() || answer["id"].is_i64() || answer["id"].is_u64());
+            let answer: Value =
+                serde_json::from_str(&invalid.line()).expect("an error line is JSON");
+            assert!(
+                answer["id"].is_null()
+                    || answer["id"].is_string()
+                    || answer["id"].is_i64()
+                    || answer["id"].is_u64()
+            );
             // JSON is never a parse error. (The reverse may differ: serde_json's `Value` refuses
             // numbers out of range, such as `1e99999`, that are JSON to the grammar.)
-            assert!(!(parsed.is_ok() && invalid.code == jsonrpc::PARSE_ERROR), "{text:?}");
+            assert!(
+                !(parsed.is_ok() && invalid.code == jsonrpc::PARSE_ERROR),
+                "{text:?}"
+            );
         }
     }
 

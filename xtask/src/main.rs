@@ -14,7 +14,6 @@ mod scenarios;
 mod stats;
 mod throughput;
 mod timing;
-mod world;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -82,7 +81,7 @@ fn workspace_root() -> PathBuf {
 }
 
 /// Builds the binaries the report drives, with this xtask's own profile, and finds them beside it.
-fn build_binaries(root: &Path) -> Result<world::Bins> {
+fn build_binaries(root: &Path) -> Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
     command.current_dir(root).args([
@@ -103,18 +102,14 @@ fn build_binaries(root: &Path) -> Result<world::Bins> {
     if !status.success() {
         bail!("cargo build of the binaries failed");
     }
-    let exe = std::env::current_exe().context("cannot find the xtask executable")?;
-    let bins = world::Bins {
-        cajaguard: exe.with_file_name("cajaguard"),
-        fixture: exe.with_file_name("cajaguard-fixture-shop"),
-        test_shop: exe.with_file_name("cajaguard-test-shop"),
-    };
+    // The harness finds them beside this executable.
+    let bins = cajaguard_harness::Bins::here();
     for bin in [&bins.cajaguard, &bins.fixture, &bins.test_shop] {
         if !bin.is_file() {
             bail!("{} is missing after the build", bin.display());
         }
     }
-    Ok(bins)
+    Ok(())
 }
 
 fn report(args: &Args) -> Result<bool> {
@@ -139,7 +134,7 @@ fn report(args: &Args) -> Result<bool> {
         "release"
     };
     progress(&format!("building the binaries ({profile})"));
-    let bins = build_binaries(&root)?;
+    build_binaries(&root)?;
     let scratch_parent = root.join("target").join("report");
     std::fs::create_dir_all(&scratch_parent)?;
     let scratch = tempfile::Builder::new()
@@ -147,7 +142,7 @@ fn report(args: &Args) -> Result<bool> {
         .tempdir_in(&scratch_parent)?;
 
     let phase = Instant::now();
-    let scenarios = scenarios::run(&bins, scratch.path(), &progress);
+    let scenarios = scenarios::run(scratch.path(), &progress);
     let scenarios_seconds = phase.elapsed().as_secs_f64();
     progress(&format!(
         "scenarios: {}/{} as expected",
@@ -161,12 +156,12 @@ fn report(args: &Args) -> Result<bool> {
     } else {
         timing::Sizes::full()
     };
-    let timing = timing::run(&bins, scratch.path(), sizes, &progress);
+    let timing = timing::run(scratch.path(), sizes, &progress);
     let timing_seconds = phase.elapsed().as_secs_f64();
 
     let phase = Instant::now();
     let per_process = if args.quick { 25 } else { 150 };
-    let throughput = throughput::run(&bins, scratch.path(), per_process, &progress);
+    let throughput = throughput::run(scratch.path(), per_process, &progress);
     let throughput_seconds = phase.elapsed().as_secs_f64();
 
     let run = render::Run {

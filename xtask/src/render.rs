@@ -237,7 +237,7 @@ fn throughput_table(out: &mut String, t: &Throughput) {
         t.other,
         t.fit,
         t.overspend,
-        crate::world::money("USD", t.overspend_minor),
+        cajaguard_harness::money("USD", t.overspend_minor),
         human(t.latency.p50_ns),
         human(t.latency.p95_ns),
         human(t.latency.p99_ns),

@@ -14,7 +14,9 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::stats::Summary;
-use crate::world::{self, Bins, Mcp, Options, Shop, World, instrument, uuid, verdict};
+use cajaguard_harness::{Options, completed, money, shop_checkout, verdict};
+
+use crate::scenarios::{caught, setup, test_shop_world};
 
 pub const PROCESSES: usize = 8;
 const TOTAL_MINOR: i64 = 2400;
@@ -42,38 +44,30 @@ pub struct Throughput {
     pub met: bool,
 }
 
-pub fn run(
-    bins: &Bins,
-    scratch: &Path,
-    per_process: usize,
-    progress: &dyn Fn(&str),
-) -> Result<Throughput> {
+pub fn run(scratch: &Path, per_process: usize, progress: &dyn Fn(&str)) -> Result<Throughput> {
+    caught(|| measure(scratch, per_process, progress))
+}
+
+fn measure(scratch: &Path, per_process: usize, progress: &dyn Fn(&str)) -> Result<Throughput> {
     let decisions = PROCESSES * per_process;
     let fit = decisions / 2;
     let window_minor = fit as i64 * TOTAL_MINOR;
-    let ready = world::shop_checkout("Trail socks", 1200, 2, "ready_for_complete");
-    let world = World::new(
-        bins,
-        scratch,
-        Options {
-            caps: json!({ "USD": {
-                "approval_above": "50.00",
-                "per_transaction": "100.00",
-                "window": world::money("USD", window_minor).trim_start_matches("USD ")
-            }}),
-            shop: Shop::Test(world::test_shop_script(
-                &ready,
-                vec![world::completed(&ready)],
-            )),
-            ..Options::default()
-        },
-    )?;
+    let ready = shop_checkout("Trail socks", 1200, 2, "ready_for_complete");
+    let options = Options {
+        caps: json!({ "USD": {
+            "approval_above": "50.00",
+            "per_transaction": "100.00",
+            "window": money("USD", window_minor).trim_start_matches("USD ")
+        }}),
+        ..Options::default()
+    };
+    let world = test_shop_world(&setup(scratch), options, &ready, vec![completed(&ready)]);
     progress(&format!(
         "throughput: {PROCESSES} proxies x {per_process} payments of USD 24.00, window fits {fit}"
     ));
     let mut agents = Vec::new();
     for _ in 0..PROCESSES {
-        agents.push(world.proxy()?);
+        agents.push(world.proxy());
     }
     let barrier = Arc::new(Barrier::new(PROCESSES + 1));
     let handles: Vec<_> = agents
@@ -87,7 +81,7 @@ pub fn run(
                 for i in 0..per_process {
                     let checkout = format!("gid://fixture/Checkout/tp-{p}-{i}");
                     let started = Instant::now();
-                    let result = pay(&mut mcp, &checkout)?;
+                    let result = mcp.pay(&checkout);
                     let (v, r, _) = verdict(&result);
                     out.push((format!("{v}/{r}"), started.elapsed()));
                 }
@@ -110,7 +104,7 @@ pub fn run(
     let allowed = count("allow/within_caps");
     let over_window_cap = count("denied/over_window_cap");
     let other = rulings.len() - allowed - over_window_cap;
-    let (spent, in_flight) = world.spend("USD")?;
+    let (spent, in_flight) = world.spend("USD");
     let counted_minor = spent + in_flight;
     let overspend_minor = (counted_minor - window_minor).max(0);
     let overspend = allowed.saturating_sub(fit);
@@ -133,13 +127,4 @@ pub fn run(
         target: ">= 2,000 decisions/s across 8 processes, 0 overspend".into(),
         met: decisions_per_second >= 2000.0 && overspend == 0 && overspend_minor == 0,
     })
-}
-
-fn pay(mcp: &mut Mcp, checkout: &str) -> Result<serde_json::Value> {
-    mcp.complete(
-        checkout,
-        instrument(world::TEST_HANDLER, world::TEST_TOKEN),
-        &uuid()?,
-        json!({}),
-    )
 }

@@ -15,21 +15,18 @@
 use std::fs::OpenOptions;
 use std::hint::black_box;
 use std::io::Write;
-use std::path::Path;
 use std::time::Duration;
 
-use cajaguard::store::{AuditRecord, Store};
+use cajaguard::store::Store;
 use cajaguard_core::approval::BasketDigest;
-use cajaguard_core::effect::{Effect, Outcome};
-use cajaguard_core::policy::{StoreConfig, StoreUrl};
+use cajaguard_core::effect::{ApprovalCandidate, LedgerView};
 use cajaguard_core::quote::Quote;
-use cajaguard_core::request::{CompleteRequest, Instrument};
-use cajaguard_core::verdict::{Reason, Ruling};
+use cajaguard_core::request::CompleteRequest;
+use cajaguard_harness::fixtures;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use time::OffsetDateTime;
 
-#[path = "../tests/pg_support/mod.rs"]
-mod pg_support;
+use cajaguard_harness::pg as pg_support;
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
@@ -38,61 +35,6 @@ fn tempdir() -> tempfile::TempDir {
         .prefix("cajaguard-bench-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap()
-}
-
-/// `rows` settled checkouts over the 90 days before `now`, and their buckets, straight through SQL.
-fn seed_ledger(db: &Path, rows: u64, now: OffsetDateTime) {
-    let mut conn = rusqlite::Connection::open(db).unwrap();
-    conn.pragma_update(None, "synchronous", "OFF").unwrap();
-    let tx = conn.transaction().unwrap();
-    {
-        let mut insert = tx
-            .prepare(
-                "INSERT INTO ledger (checkout_id, idempotency_key, merchant, currency, reserved, charged, state,
-                                     hour, reserved_at, settled_at)
-                 VALUES (?1, ?2, 'demo-outfitters.example', ?3, ?4, ?4, 'settled', ?5, ?6, ?6)",
-            )
-            .unwrap();
-        for i in 0..rows {
-            let at = now.unix_timestamp() - (i % (90 * 24)) as i64 * 3600 - (i % 3600) as i64;
-            let currency = if i % 3 == 0 { "JPY" } else { "USD" };
-            insert
-                .execute(rusqlite::params![
-                    format!("gid://seed/Checkout/{i}"),
-                    format!("seed-{i}"),
-                    currency,
-                    100 + (i % 900) as i64,
-                    at.div_euclid(3600),
-                    at * 1_000_000
-                ])
-                .unwrap();
-        }
-    }
-    tx.execute(
-        "INSERT INTO spend_buckets (currency, hour, settled, in_flight)
-         SELECT currency, hour, SUM(charged), 0 FROM ledger GROUP BY currency, hour",
-        [],
-    )
-    .unwrap();
-    tx.commit().unwrap();
-    // Flush the seed to the database file now, so the benchmark's first syncs do not pay for it.
-    conn.pragma_update(None, "synchronous", "FULL").unwrap();
-    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
-        .unwrap();
-}
-
-fn allow_outcome(total: i64) -> Outcome {
-    Outcome {
-        ruling: Ruling::new(Reason::WithinCaps, ""),
-        effect: Effect::Forward {
-            currency: "USD".to_owned(),
-            total,
-            merchant: "demo-outfitters.example".to_owned(),
-            digest: BasketDigest::of(&Quote::default(), &[]),
-            use_approval_nonce: None,
-            advance_passkey: None,
-        },
-    }
 }
 
 fn gate_allow(c: &mut Criterion) {
@@ -105,7 +47,9 @@ fn gate_allow(c: &mut Criterion) {
         let tmp = tempdir();
         let home = tmp.path().join("home");
         let store = Store::open(&home).unwrap();
-        seed_ledger(&store.database_path(), rows, now);
+        fixtures::seed_sqlite_ledger(&store.database_path(), rows, now, |i| {
+            100 + (i % 900) as i64
+        });
         bench_gate(&mut group, &store, rows, now);
     }
     group.finish();
@@ -121,37 +65,16 @@ fn gate_allow(c: &mut Criterion) {
     for rows in [1_000_u64, 1_000_000] {
         let schema = pg_support::Schema::create(&base);
         let tmp = tempdir();
-        let store = Store::open_with(
-            &tmp.path().join("home"),
-            &StoreConfig::Postgres {
-                url: StoreUrl::Literal(zeroize::Zeroizing::new(schema.url.clone())),
-            },
-        )
-        .unwrap();
+        let store = fixtures::open_store(&tmp.path().join("home"), Some(&schema.url));
         seed_postgres(&schema, rows, now);
         bench_gate(&mut group, &store, rows, now);
     }
     group.finish();
 }
 
-/// The same rows as [`seed_ledger`], made by the server.
+/// The SQLite seed's rows, made by the server, then vacuumed and checkpointed.
 fn seed_postgres(schema: &pg_support::Schema, rows: u64, now: OffsetDateTime) {
-    schema
-        .client()
-        .batch_execute(&format!(
-            "INSERT INTO ledger (checkout_id, idempotency_key, merchant, currency, reserved, charged, state,
-                                 hour, reserved_at, settled_at)
-             SELECT 'gid://seed/Checkout/' || i, 'seed-' || i, 'demo-outfitters.example',
-                    CASE WHEN i % 3 = 0 THEN 'JPY' ELSE 'USD' END, 100 + i % 900, 100 + i % 900, 'settled',
-                    at / 3600, at * 1000000, at * 1000000
-             FROM (SELECT i, {now} - (i % (90 * 24)) * 3600 - (i % 3600) AS at
-                   FROM generate_series(0::BIGINT, {last}::BIGINT) AS i) AS seed;
-             INSERT INTO spend_buckets (currency, hour, settled, in_flight)
-             SELECT currency, hour, SUM(charged)::BIGINT, 0 FROM ledger GROUP BY currency, hour;",
-            now = now.unix_timestamp(),
-            last = rows - 1
-        ))
-        .unwrap();
+    fixtures::seed_postgres_ledger(&mut schema.client(), rows, now);
     // One statement each: VACUUM cannot run inside the implicit transaction of a batch.
     let mut client = schema.client();
     for statement in ["VACUUM ANALYZE ledger", "VACUUM ANALYZE spend_buckets"] {
@@ -173,42 +96,17 @@ fn bench_gate(
             n += 1;
             let checkout = format!("gid://bench/Checkout/{n}");
             let request = CompleteRequest {
-                checkout_id: checkout.clone(),
                 idempotency_key: format!("bench-{n}"),
-                agent_profile: "https://agent.example/profile".to_owned(),
-                handler_ids: vec!["fixture_test_handler".to_owned()],
-                instruments: vec![Instrument::of_handler("fixture_test_handler")],
+                ..fixtures::request(&checkout)
             };
-            let quote = Quote {
-                checkout_id: checkout,
-                status: "ready_for_complete".to_owned(),
-                currency: "USD".to_owned(),
-                total: 2400,
-                merchant: Some("demo-outfitters.example".to_owned()),
-                ..Quote::default()
+            let quote = fixtures::quote(&checkout, 2400);
+            let mut decide = |view: &LedgerView, _: &[ApprovalCandidate]| {
+                black_box(view.window_spent);
+                fixtures::forward(2400, BasketDigest::of(&Quote::default(), &[]), None)
             };
-            let digest = BasketDigest::of(&quote, &request.instruments);
             // The claim is one unsynced write of the allow path (SPEC §4 step 3a).
-            let claim = store
-                .claim(&request.checkout_id, &request.idempotency_key, now, DAY)
-                .unwrap()
-                .unwrap();
-            let audit = AuditRecord::new(now, "complete_checkout");
-            let outcome = store
-                .gate(
-                    &claim,
-                    &request,
-                    &quote,
-                    &digest,
-                    DAY,
-                    now,
-                    &mut |view, _, _| {
-                        black_box(view.window_spent);
-                        allow_outcome(2400)
-                    },
-                    &audit,
-                )
-                .unwrap();
+            let outcome =
+                fixtures::claim_and_gate(store, &request, &quote, DAY, now, &mut decide).unwrap();
             black_box(outcome)
         })
     });

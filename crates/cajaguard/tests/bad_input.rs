@@ -73,13 +73,7 @@ fn a_missing_or_world_readable_private_key_is_refused() {
         "{}",
         stderr(&out)
     );
-    assert!(
-        !world.approvals_dir().exists()
-            || std::fs::read_dir(world.approvals_dir())
-                .unwrap()
-                .next()
-                .is_none()
-    );
+    assert!(world.no_approval_files());
 }
 
 #[test]

@@ -3,6 +3,9 @@
 //! update behind an allowed payment, from the same session and from a second one, over many
 //! timing offsets; retrying an unknown outcome with another basket or instrument; a shop that
 //! answers with neither result nor error; a charge that differs freezing a second process.
+//!
+//! Over 500 lines as one idea: every way a basket can change between the check and the charge,
+//! each a short test against the same world.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

@@ -262,18 +262,7 @@ fn an_oversized_answer_fails_only_its_own_call_and_keeps_the_shop() {
         json!({"name": "get_checkout", "arguments": {"id": "gid://test/Checkout/other"}}),
     );
     // The read is with the shop (its record has it) before the payment starts.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !world
-        .test_shop_lines()
-        .iter()
-        .any(|l| l.contains("gid://test/Checkout/other"))
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the read never reached the shop"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    world.wait_for_test_shop_line("gid://test/Checkout/other");
     let pay = mcp.send_request(
         "tools/call",
         json!({"name": "complete_checkout", "arguments": Mcp::complete_arguments(CHECKOUT, &uuid())}),

@@ -254,13 +254,7 @@ fn answering_no_to_approve_exits_3_and_signs_nothing() {
     let out = approve_answering(&world, &id, "n");
     assert_eq!(code(&out), Some(3), "{}{}", stdout(&out), stderr(&out));
     assert!(stdout(&out).contains("not signed"), "{}", stdout(&out));
-    assert!(
-        !world.approvals_dir().exists()
-            || std::fs::read_dir(world.approvals_dir())
-                .unwrap()
-                .next()
-                .is_none()
-    );
+    assert!(world.no_approval_files());
     assert_eq!(pending_ids(&world), vec![id.clone()]);
 
     // The same terminal path with a yes signs: the 3 above was the answer, not a missing terminal.

@@ -2,6 +2,8 @@
 //! down at start, a shop dying mid-call, a forgotten session, a shop slower than the timeout, and
 //! 429/503. The real fixture is used where it can show the behaviour (tokens, restart); the rest
 //! uses a scripted HTTP shop below (std::net on 127.0.0.1, one request per connection).
+//!
+//! Over 500 lines as one idea: the HTTP transport's failures, with the scripted shop they share.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

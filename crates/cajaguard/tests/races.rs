@@ -5,39 +5,16 @@
 
 mod support;
 
-use std::sync::{Arc, Barrier};
-
 use support::*;
 
-#[test]
-fn eight_proxies_racing_split_purchases_never_pass_the_window() {
-    let world = World::new();
-    let proxies = 8;
-    // Each proxy gets its own checkout first, so that the race is only over the window.
-    let mut agents: Vec<(Mcp, String)> = (0..proxies)
-        .map(|_| {
-            let mut mcp = world.proxy();
-            let checkout = mcp.create_checkout("rain-shell", 1);
-            (mcp, checkout)
-        })
-        .collect();
-    let barrier = Arc::new(Barrier::new(proxies));
-    let verdicts: Vec<(String, String)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = agents
-            .iter_mut()
-            .map(|(mcp, checkout)| {
-                let barrier = barrier.clone();
-                scope.spawn(move || {
-                    barrier.wait();
-                    let (verdict, reason, _) = verdict(&mcp.pay(checkout));
-                    (verdict, reason)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+/// Eight agents raced USD 45.00 payments against the USD 150.00 window: three fit (a fourth would
+/// make 180.00), the others are refused over the window, and exactly the allowed reached the shop.
+fn assert_three_of_eight_fit(
+    world: &World,
+    agents: &[(Mcp, String)],
+    verdicts: &[(String, String)],
+) {
     let allowed = verdicts.iter().filter(|(v, _)| v == "allow").count();
-    // USD 150.00 window, USD 45.00 each: three fit, the fourth would make 180.00.
     assert_eq!(allowed, 3, "{verdicts:?}");
     assert!(
         verdicts
@@ -54,58 +31,35 @@ fn eight_proxies_racing_split_purchases_never_pass_the_window() {
         completed, 3,
         "exactly the allowed payments reached the shop"
     );
-
-    let store = cajaguard::store::Store::open(&world.home).unwrap();
-    let spend = store
-        .window_spend(
-            std::time::Duration::from_secs(24 * 3600),
-            time::OffsetDateTime::now_utc(),
-        )
-        .unwrap();
-    let usd = spend.get("USD").copied().unwrap_or_default();
-    assert_eq!((usd.settled, usd.in_flight), (13500, 0));
 }
 
-#[test]
-fn one_approval_raced_by_two_proxies_is_used_once() {
-    let world = World::new();
-    let mut first = world.proxy();
-    let checkout = first.create_checkout("day-pack", 1);
-    let request_id = verdict(&first.pay(&checkout))
-        .2
-        .expect("blocked with a request id");
-    let out = world.cli(&["approve", &request_id, "--yes"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-
-    let mut second = world.proxy();
-    let barrier = Arc::new(Barrier::new(2));
-    let results: Vec<(String, String)> = std::thread::scope(|scope| {
-        [&mut first, &mut second]
-            .into_iter()
-            .map(|mcp| {
-                let barrier = barrier.clone();
-                let checkout = checkout.clone();
-                scope.spawn(move || {
-                    barrier.wait();
-                    let (verdict, reason, _) = verdict(&mcp.pay(&checkout));
-                    (verdict, reason)
-                })
-            })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .collect()
-    });
+/// Two sessions raced one approval: exactly one used it, and one complete reached the shop.
+fn assert_used_once(world: &World, checkout: &str, results: &[(String, String)]) {
     let approved = results
         .iter()
         .filter(|(v, _)| v == "allow_approved")
         .count();
     assert_eq!(approved, 1, "{results:?}");
-    assert_eq!(world.completes_reaching_shop(&checkout), 1, "{results:?}");
+    assert_eq!(world.completes_reaching_shop(checkout), 1, "{results:?}");
+}
+
+#[test]
+fn eight_proxies_racing_split_purchases_never_pass_the_window() {
+    let world = World::new();
+    // Each proxy gets its own checkout first, so that the race is only over the window.
+    let mut agents = race::with_checkouts((0..8).map(|_| world.proxy()), "rain-shell", 1);
+    let verdicts = race::pay_at_once(&mut agents);
+    assert_three_of_eight_fit(&world, &agents, &verdicts);
+    assert_eq!(usd_spend(&world), (13500, 0));
+}
+
+#[test]
+fn one_approval_raced_by_two_proxies_is_used_once() {
+    let world = World::new();
+    let (checkout, results) = race::approval_raced(world.proxy(), world.proxy(), |id| {
+        spec::approve(&world, id, &[]);
+    });
+    assert_used_once(&world, &checkout, &results);
 }
 
 // ---- several hosts, one PostgreSQL store ----
@@ -114,8 +68,7 @@ fn one_approval_raced_by_two_proxies_is_used_once() {
 // URL from `CAJAGUARD_STORE_URL` (`store.url_env`), in front of one fixture shop. Skipped with a
 // notice without `CAJAGUARD_TEST_POSTGRES_URL`.
 
-#[path = "pg_support/mod.rs"]
-mod pg_support;
+use cajaguard_harness::pg as pg_support;
 
 const URL_ENV: &str = "CAJAGUARD_STORE_URL";
 
@@ -133,53 +86,16 @@ fn hosts(world: &World, url: &str, count: usize) -> Vec<Host> {
 
 #[test]
 fn eight_proxies_with_their_own_homes_on_one_postgres_never_pass_the_window() {
-    let Some(base) = pg_support::base_url() else {
-        pg_support::notice("eight_proxies_..._on_one_postgres_never_pass_the_window");
+    let Some(schema) =
+        pg_support::schema_or_notice("eight_proxies_..._on_one_postgres_never_pass_the_window")
+    else {
         return;
     };
-    let schema = pg_support::Schema::create(&base);
     let world = World::new();
     let hosts = hosts(&world, &schema.url, 8);
-    let mut agents: Vec<(Mcp, String)> = hosts
-        .iter()
-        .map(|host| {
-            let mut mcp = host.proxy();
-            let checkout = mcp.create_checkout("rain-shell", 1);
-            (mcp, checkout)
-        })
-        .collect();
-    let barrier = Arc::new(Barrier::new(agents.len()));
-    let verdicts: Vec<(String, String)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = agents
-            .iter_mut()
-            .map(|(mcp, checkout)| {
-                let barrier = barrier.clone();
-                scope.spawn(move || {
-                    barrier.wait();
-                    let (verdict, reason, _) = verdict(&mcp.pay(checkout));
-                    (verdict, reason)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let allowed = verdicts.iter().filter(|(v, _)| v == "allow").count();
-    assert_eq!(allowed, 3, "{verdicts:?}");
-    assert!(
-        verdicts
-            .iter()
-            .filter(|(v, _)| v != "allow")
-            .all(|(v, r)| v == "denied" && r == "over_window_cap"),
-        "{verdicts:?}"
-    );
-    let completed: usize = agents
-        .iter()
-        .map(|(_, c)| world.completes_reaching_shop(c))
-        .sum();
-    assert_eq!(
-        completed, 3,
-        "exactly the allowed payments reached the shop"
-    );
+    let mut agents = race::with_checkouts(hosts.iter().map(Host::proxy), "rain-shell", 1);
+    let verdicts = race::pay_at_once(&mut agents);
+    assert_three_of_eight_fit(&world, &agents, &verdicts);
     // Every host sees the one window.
     let status = hosts[7].cli(&["status", "--json"]);
     assert!(
@@ -197,57 +113,31 @@ fn eight_proxies_with_their_own_homes_on_one_postgres_never_pass_the_window() {
 
 #[test]
 fn a_request_blocked_on_one_host_is_approved_from_another_and_used_once() {
-    let Some(base) = pg_support::base_url() else {
-        pg_support::notice("a_request_blocked_on_one_host_is_approved_from_another_and_used_once");
+    let Some(schema) = pg_support::schema_or_notice(
+        "a_request_blocked_on_one_host_is_approved_from_another_and_used_once",
+    ) else {
         return;
     };
-    let schema = pg_support::Schema::create(&base);
     let world = World::new();
     let hosts = hosts(&world, &schema.url, 3);
-    let mut first = hosts[0].proxy();
-    let checkout = first.create_checkout("day-pack", 1);
-    let request_id = verdict(&first.pay(&checkout))
-        .2
-        .expect("blocked with a request id");
-    // The approver is on another host: it sees the pending request and files the approval there.
-    let pending = hosts[2].cli(&["pending"]);
-    assert!(
-        String::from_utf8_lossy(&pending.stdout).contains(&request_id),
-        "{}",
-        String::from_utf8_lossy(&pending.stdout)
-    );
-    let out = hosts[2].cli(&["approve", &request_id, "--yes"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-
-    let mut second = hosts[1].proxy();
-    let barrier = Arc::new(Barrier::new(2));
-    let results: Vec<(String, String)> = std::thread::scope(|scope| {
-        [&mut first, &mut second]
-            .into_iter()
-            .map(|mcp| {
-                let barrier = barrier.clone();
-                let checkout = checkout.clone();
-                scope.spawn(move || {
-                    barrier.wait();
-                    let (verdict, reason, _) = verdict(&mcp.pay(&checkout));
-                    (verdict, reason)
-                })
-            })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .collect()
+    let mut request_id = String::new();
+    let (checkout, results) = race::approval_raced(hosts[0].proxy(), hosts[1].proxy(), |id| {
+        request_id = id.to_owned();
+        // The approver is on another host: it sees the pending request and files the approval there.
+        let pending = hosts[2].cli(&["pending"]);
+        assert!(
+            String::from_utf8_lossy(&pending.stdout).contains(id),
+            "{}",
+            String::from_utf8_lossy(&pending.stdout)
+        );
+        let out = hosts[2].cli(&["approve", id, "--yes"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     });
-    let approved = results
-        .iter()
-        .filter(|(v, _)| v == "allow_approved")
-        .count();
-    assert_eq!(approved, 1, "{results:?}");
-    assert_eq!(world.completes_reaching_shop(&checkout), 1, "{results:?}");
+    assert_used_once(&world, &checkout, &results);
     // Exit 3: used, as every host sees it.
     let verify = hosts[2].cli(&["verify", &request_id]);
     assert_eq!(verify.status.code(), Some(3));

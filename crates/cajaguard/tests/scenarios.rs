@@ -1,12 +1,6 @@
-//! SPEC §10 end to end with the fixture shop on stdio (a child process of the proxy). The scenario
-//! bodies are in `spec_scenarios/mod.rs`, shared with `scenarios_http.rs`.
+//! SPEC §10 end to end with the fixture shop on stdio (a child process of the proxy). The table
+//! and the flows are in `cajaguard_harness::spec`, shared with `scenarios_http.rs` and the report.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+use cajaguard_harness::Transport;
 
-mod spec_scenarios;
-mod support;
-
-use spec_scenarios::spec_scenarios;
-use support::Transport;
-
-spec_scenarios!(Transport::Stdio);
+cajaguard_harness::spec_tests!(Transport::Stdio);

@@ -12,17 +12,15 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use cajaguard::store::{AuditRecord, ReleasedBy, Store};
-use cajaguard_core::approval::{BasketDigest, TrustedKeys};
+use cajaguard::store::{ReleasedBy, Store};
+use cajaguard_core::approval::TrustedKeys;
 use cajaguard_core::effect::Effect;
-use cajaguard_core::gate::{self, Facts};
 use cajaguard_core::policy::{ConfigOrigin, Policy};
 use cajaguard_core::quote::{Quote, QuoteLine};
-use cajaguard_core::request::{CompleteRequest, Instrument};
+use cajaguard_core::request::CompleteRequest;
 use cajaguard_core::settle::{Charge, Settlement};
 use serde_json::json;
 use support::*;
@@ -64,10 +62,6 @@ fn policy(dir: &Path) -> Policy {
     .unwrap()
 }
 
-fn record() -> AuditRecord {
-    AuditRecord::new(time::OffsetDateTime::now_utc(), "complete_checkout")
-}
-
 /// One worker: `n` purchases on fresh checkouts, each decided by the real `decide` inside
 /// `Store::gate`; one forward in five is released (a decline), the others settle completed.
 /// Returns (forwarded, completed minor units).
@@ -79,17 +73,10 @@ fn purchase_many(dir: &Path, worker: &str, n: usize) -> (i64, i64) {
     for i in 0..n {
         let checkout_id = format!("gid://soak/{worker}/{i}");
         let request = CompleteRequest {
-            checkout_id: checkout_id.clone(),
             idempotency_key: format!("{worker}-{i}"),
-            agent_profile: AGENT.into(),
-            handler_ids: vec![TEST_HANDLER.into()],
-            instruments: vec![Instrument::of_handler(TEST_HANDLER)],
+            ..fixtures::request(&checkout_id)
         };
         let quote = Quote {
-            checkout_id: checkout_id.clone(),
-            status: "ready_for_complete".into(),
-            currency: "USD".into(),
-            total: PRICE,
             line_items: vec![QuoteLine {
                 id: "li_1".into(),
                 item_id: "gid://soak/Product/1".into(),
@@ -97,42 +84,14 @@ fn purchase_many(dir: &Path, worker: &str, n: usize) -> (i64, i64) {
                 quantity: 1,
                 unit_price: PRICE,
             }],
-            merchant: Some("demo-outfitters.example".into()),
-            ..Quote::default()
+            ..fixtures::quote(&checkout_id, PRICE)
         };
-        let digest = BasketDigest::of(&quote, &request.instruments);
         let now = time::OffsetDateTime::now_utc();
-        let claim = store
-            .claim(&checkout_id, &request.idempotency_key, now, policy.window)
-            .unwrap()
-            .unwrap();
-        let outcome = store
-            .gate(
-                &claim,
-                &request,
-                &quote,
-                &digest,
-                policy.window,
-                now,
-                &mut |ledger, approvals, _| {
-                    gate::decide(
-                        &policy,
-                        &Facts {
-                            request: &request,
-                            quote: &quote,
-                            digest: &digest,
-                            ledger,
-                            approvals,
-                            passkey_approvals: &[],
-                            trusted_keys: &trusted,
-                            now,
-                        },
-                    )
-                },
-                &record(),
-            )
-            .unwrap()
-            .outcome;
+        let mut decide = fixtures::decide(&policy, &request, &quote, &trusted, now);
+        let outcome =
+            fixtures::claim_and_gate(&store, &request, &quote, policy.window, now, &mut decide)
+                .unwrap()
+                .outcome;
         if let Effect::Forward { .. } = outcome.effect {
             forwarded += 1;
             let settlement = if i % 5 == 0 {
@@ -196,18 +155,10 @@ fn eight_processes_times_a_thousand_split_purchases_never_overspend() {
     let policy = policy(dir);
     drop(Store::open(&policy.home).unwrap());
     let started = Instant::now();
-    let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..WORKERS)
         .map(|n| {
-            Command::new(&exe)
-                .args([
-                    "soak_worker_process",
-                    "--exact",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
+            workers::self_as_worker("soak_worker_process")
                 .env(WORKER_ENV, format!("w{n}:{}", dir.display()))
-                .stdout(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
         })
@@ -215,13 +166,7 @@ fn eight_processes_times_a_thousand_split_purchases_never_overspend() {
     std::fs::write(dir.join("go"), b"").unwrap();
     let (mut forwarded, mut completed) = (0, 0);
     for child in children {
-        let out = child.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "worker failed: {stdout}");
-        let line = stdout
-            .lines()
-            .find_map(|l| l.split_once("WORKER-RESULT ").map(|(_, r)| r))
-            .unwrap_or_else(|| panic!("the worker reported nothing: {stdout}"));
+        let line = workers::worker_result(child);
         let mut parts = line.split_whitespace().map(|p| p.parse::<i64>().unwrap());
         forwarded += parts.next().unwrap();
         completed += parts.next().unwrap();
@@ -325,36 +270,14 @@ fn one_approval_raced_by_two_proxies_is_used_once_ten_times_over() {
         ..Options::default()
     });
     for round in 0..10 {
-        let mut first = world.proxy();
-        let checkout = first.create_checkout("day-pack", 1);
-        let request_id = verdict(&first.pay(&checkout))
-            .2
-            .expect("blocked with a request id");
-        let out = world.cli(&["approve", &request_id, "--yes"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut second = world.proxy();
-        let barrier = Arc::new(Barrier::new(2));
-        let verdicts: Vec<String> = std::thread::scope(|scope| {
-            [&mut first, &mut second]
-                .into_iter()
-                .map(|mcp| {
-                    let (barrier, checkout) = (barrier.clone(), checkout.clone());
-                    scope.spawn(move || {
-                        barrier.wait();
-                        verdict(&mcp.pay(&checkout)).0
-                    })
-                })
-                .collect::<Vec<_>>()
-                .into_iter()
-                .map(|h| h.join().unwrap())
-                .collect()
+        let (checkout, rulings) = race::approval_raced(world.proxy(), world.proxy(), |id| {
+            spec::approve(&world, id, &[]);
         });
-        let winners = verdicts.iter().filter(|v| *v == "allow_approved").count();
-        assert_eq!(winners, 1, "round {round}: {verdicts:?}");
+        let winners = rulings
+            .iter()
+            .filter(|(v, _)| v == "allow_approved")
+            .count();
+        assert_eq!(winners, 1, "round {round}: {rulings:?}");
         assert_eq!(world.completes_reaching_shop(&checkout), 1, "round {round}");
     }
 }

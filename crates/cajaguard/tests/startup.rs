@@ -54,8 +54,7 @@ fn initialize_all(proxies: &mut [Mcp], round: usize) {
     }
 }
 
-#[path = "pg_support/mod.rs"]
-mod pg_support;
+use cajaguard_harness::pg as pg_support;
 
 /// The same on one PostgreSQL store: sixteen hosts start at once on a fresh schema, so every
 /// one of them finds the migrations unapplied; each is applied once and every host initializes.

@@ -11,21 +11,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a panic is a failure report.
 
-mod pg_support;
+use cajaguard_harness::fixtures::{self, quote, request};
+use cajaguard_harness::pg as pg_support;
+use cajaguard_harness::workers;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use cajaguard::store::{AuditRecord, Claim, ReleasedBy, Store};
-use cajaguard_core::approval::{self, ApprovalTerms, BasketDigest, Decision, SigningKey};
-use cajaguard_core::effect::{Effect, LedgerView, Outcome};
-use cajaguard_core::policy::{StoreConfig, StoreUrl};
-use cajaguard_core::quote::Quote;
-use cajaguard_core::request::{CompleteRequest, Instrument};
+use cajaguard_core::approval::{self, ApprovalTerms, BasketDigest, SigningKey};
+use cajaguard_core::effect::{ApprovalCandidate, Effect, LedgerView, Outcome};
 use cajaguard_core::settle::Charge;
-use cajaguard_core::verdict::{Reason, Ruling};
+use cajaguard_core::verdict::Reason;
 use time::OffsetDateTime;
 use time::macros::datetime;
 
@@ -36,27 +34,6 @@ const TOTAL: i64 = 700;
 /// How many reservations of `TOTAL` fit in `WINDOW`.
 const FIT: i64 = WINDOW / TOTAL;
 
-fn request(checkout: &str) -> CompleteRequest {
-    CompleteRequest {
-        checkout_id: checkout.to_owned(),
-        idempotency_key: format!("key-{checkout}"),
-        agent_profile: "https://agent.example/profile".to_owned(),
-        handler_ids: vec!["fixture_test_handler".to_owned()],
-        instruments: vec![Instrument::of_handler("fixture_test_handler")],
-    }
-}
-
-fn quote(checkout: &str, total: i64) -> Quote {
-    Quote {
-        checkout_id: checkout.to_owned(),
-        status: "ready_for_complete".to_owned(),
-        currency: "USD".to_owned(),
-        total,
-        merchant: Some("demo-outfitters.example".to_owned()),
-        ..Quote::default()
-    }
-}
-
 /// The checkout's claim for its payment (`key-<checkout>`), as the proxy takes it first.
 fn claimed(store: &Store, checkout: &str) -> Claim {
     store
@@ -65,29 +42,28 @@ fn claimed(store: &Store, checkout: &str) -> Claim {
         .unwrap()
 }
 
-fn record() -> AuditRecord {
-    AuditRecord::new(NOW, "complete_checkout")
-}
-
-fn forward(total: i64, nonce: Option<String>) -> Outcome {
-    Outcome {
-        ruling: Ruling::new(Reason::WithinCaps, ""),
-        effect: Effect::Forward {
-            currency: "USD".to_owned(),
-            total,
-            merchant: "demo-outfitters.example".to_owned(),
-            digest: BasketDigest::from_bytes([0xaa; 32]),
-            use_approval_nonce: nonce,
-            advance_passkey: None,
-        },
-    }
-}
-
-fn refuse(reason: Reason) -> Outcome {
-    Outcome {
-        ruling: Ruling::new(reason, ""),
-        effect: Effect::Refuse { pending: None },
-    }
+/// One gate of `total` on `checkout` (claimed first) under `digest`, decided by `decide`:
+/// whether it let the payment through.
+fn gate(
+    store: &Store,
+    checkout: &str,
+    total: i64,
+    digest: &BasketDigest,
+    decide: &mut dyn FnMut(&LedgerView, &[ApprovalCandidate]) -> Outcome,
+) -> bool {
+    let gated = store
+        .gate(
+            &claimed(store, checkout),
+            &request(checkout),
+            &quote(checkout, total),
+            digest,
+            DAY,
+            NOW,
+            &mut |ledger, approvals, _passkeys| decide(ledger, approvals),
+            &AuditRecord::new(NOW, "complete_checkout"),
+        )
+        .unwrap();
+    matches!(gated.outcome.effect, Effect::Forward { .. })
 }
 
 /// The window rule, as `decide` applies it.
@@ -95,7 +71,7 @@ fn within_window(view: &LedgerView) -> Outcome {
     if view.window_spent + TOTAL <= WINDOW {
         forward(TOTAL, None)
     } else {
-        refuse(Reason::OverWindowCap)
+        fixtures::refuse(Reason::OverWindowCap)
     }
 }
 
@@ -103,43 +79,27 @@ fn request_digest() -> BasketDigest {
     BasketDigest::from_bytes([0xaa; 32])
 }
 
+/// An allowed payment of `total` on the request's basket, using the approval `nonce` if named.
+fn forward(total: i64, nonce: Option<String>) -> Outcome {
+    fixtures::forward(total, request_digest(), nonce)
+}
+
 /// The PostgreSQL URL a worker process uses (unset: the SQLite store in its home).
 const WORKER_PG_ENV: &str = "CAJAGUARD_STORE_WORKER_PG";
 
-/// A store on `home`: SQLite, or PostgreSQL at `url` (each caller its own connection, as each
-/// host would have).
-fn open(home: &Path, url: Option<&str>) -> Store {
-    match url {
-        None => Store::open(home).unwrap(),
-        Some(url) => Store::open_with(
-            home,
-            &StoreConfig::Postgres {
-                url: StoreUrl::Literal(zeroize::Zeroizing::new(url.to_owned())),
-            },
-        )
-        .unwrap(),
-    }
-}
-
 /// `attempts` gates of `TOTAL` each on fresh checkouts; how many were forwarded.
 fn reserve_many(home: &Path, url: Option<&str>, worker: &str, attempts: usize) -> i64 {
-    let store = open(home, url);
+    let store = fixtures::open_store(home, url);
     let mut forwarded = 0;
     for n in 0..attempts {
         let checkout = format!("gid://fixture/Checkout/{worker}-{n}");
-        let outcome = store
-            .gate(
-                &claimed(&store, &checkout),
-                &request(&checkout),
-                &quote(&checkout, TOTAL),
-                &request_digest(),
-                DAY,
-                NOW,
-                &mut |view, _, _| within_window(view),
-                &record(),
-            )
-            .unwrap();
-        if matches!(outcome.outcome.effect, Effect::Forward { .. }) {
+        if gate(
+            &store,
+            &checkout,
+            TOTAL,
+            &request_digest(),
+            &mut |view, _| within_window(view),
+        ) {
             forwarded += 1;
         }
     }
@@ -147,7 +107,7 @@ fn reserve_many(home: &Path, url: Option<&str>, worker: &str, attempts: usize) -
 }
 
 fn reserved(home: &Path, url: Option<&str>) -> i64 {
-    let store = open(home, url);
+    let store = fixtures::open_store(home, url);
     let spend = store.window_spend(DAY, NOW).unwrap();
     spend
         .get("USD")
@@ -155,33 +115,10 @@ fn reserved(home: &Path, url: Option<&str>) -> i64 {
         .unwrap_or(0)
 }
 
-#[test]
-fn threads_with_their_own_connections_never_pass_the_window() {
-    threads_never_pass_the_window(None);
-}
-
-#[test]
-fn threads_with_their_own_connections_never_pass_the_window_postgres() {
-    let Some(schema) = schema("threads_..._postgres") else {
-        return;
-    };
-    threads_never_pass_the_window(Some(&schema.url));
-}
-
-fn schema(test: &str) -> Option<pg_support::Schema> {
-    match pg_support::base_url() {
-        Some(base) => Some(pg_support::Schema::create(&base)),
-        None => {
-            pg_support::notice(test);
-            None
-        }
-    }
-}
-
 fn threads_never_pass_the_window(url: Option<&str>) {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
-    drop(open(&home, url));
+    drop(fixtures::open_store(&home, url));
     let threads = 4;
     let barrier = Arc::new(Barrier::new(threads));
     let handles: Vec<_> = (0..threads)
@@ -208,54 +145,28 @@ fn signed_approval(home: &Path, url: Option<&str>) -> (BasketDigest, String) {
     let doc = approval::sign(
         &key,
         &ApprovalTerms {
-            request_id: digest.request_id(),
-            digest,
-            decision: Decision::Approve,
-            merchant: "demo-outfitters.example".to_owned(),
-            checkout_id: "gid://fixture/Checkout/1".to_owned(),
-            currency: "USD".to_owned(),
-            total: 8900,
-            issued_at: NOW,
-            ttl: Duration::from_secs(900),
             nonce: [0x77; 16],
-            note: String::new(),
+            ..fixtures::approval_terms(digest, "gid://fixture/Checkout/1", 8900, NOW)
         },
     );
-    open(home, url).write_approval(&doc).unwrap();
+    fixtures::open_store(home, url)
+        .write_approval(&doc)
+        .unwrap();
     (digest, doc.nonce)
 }
 
 /// One gate that uses the approval if `decide` sees it unused. Returns whether it did.
 fn try_use_approval(store: &Store, digest: &BasketDigest, checkout: &str) -> bool {
-    let outcome = store
-        .gate(
-            &claimed(store, checkout),
-            &request(checkout),
-            &quote(checkout, 8900),
-            digest,
-            DAY,
-            NOW,
-            &mut |_, approvals, _| match approvals.iter().find(|a| !a.used) {
-                Some(unused) => forward(8900, Some(unused.document.nonce.clone())),
-                None => refuse(Reason::ApprovalAlreadyUsed),
-            },
-            &record(),
-        )
-        .unwrap();
-    matches!(outcome.outcome.effect, Effect::Forward { .. })
-}
-
-#[test]
-fn one_approval_raced_by_threads_is_used_once() {
-    approval_raced_by_threads(None);
-}
-
-#[test]
-fn one_approval_raced_by_threads_is_used_once_postgres() {
-    let Some(schema) = schema("one_approval_raced_by_threads_is_used_once_postgres") else {
-        return;
-    };
-    approval_raced_by_threads(Some(&schema.url));
+    gate(
+        store,
+        checkout,
+        8900,
+        digest,
+        &mut |_, approvals| match approvals.iter().find(|a| !a.used) {
+            Some(unused) => forward(8900, Some(unused.document.nonce.clone())),
+            None => fixtures::refuse(Reason::ApprovalAlreadyUsed),
+        },
+    )
 }
 
 fn approval_raced_by_threads(url: Option<&str>) {
@@ -269,7 +180,7 @@ fn approval_raced_by_threads(url: Option<&str>) {
             let (home, id, barrier) = (home.clone(), id, Arc::clone(&barrier));
             let url = url.map(str::to_owned);
             std::thread::spawn(move || {
-                let store = open(&home, url.as_deref());
+                let store = fixtures::open_store(&home, url.as_deref());
                 barrier.wait();
                 try_use_approval(&store, &id, &format!("gid://fixture/Checkout/{t}"))
             })
@@ -316,7 +227,7 @@ fn worker_process() {
     match task {
         "reserve" => println!("WORKER-RESULT {}", reserve_many(store_home, url, name, 8)),
         "approval" => {
-            let store = open(store_home, url);
+            let store = fixtures::open_store(store_home, url);
             let used = try_use_approval(
                 &store,
                 &request_id_from_env(),
@@ -344,18 +255,10 @@ fn run_workers(
 ) -> i64 {
     // A PostgreSQL store does not create the home; the go file needs it.
     std::fs::create_dir_all(home).unwrap();
-    let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..count)
         .map(|n| {
-            let mut cmd = Command::new(&exe);
-            cmd.args([
-                "worker_process",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(WORKER_ENV, format!("{task}:p{n}:{}", home.display()))
-            .stdout(std::process::Stdio::piped());
+            let mut cmd = workers::self_as_worker("worker_process");
+            cmd.env(WORKER_ENV, format!("{task}:p{n}:{}", home.display()));
             if let Some(id) = id {
                 cmd.env("CAJAGUARD_STORE_WORKER_ID", id.to_hex());
             }
@@ -367,53 +270,19 @@ fn run_workers(
         })
         .collect();
     std::fs::write(home.join("go"), b"").unwrap();
-    let mut total = 0;
-    for child in children {
-        let out = child.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "worker failed: {stdout}");
-        let line = stdout
-            .lines()
-            .find_map(|l| l.split_once("WORKER-RESULT ").map(|(_, n)| n))
-            .unwrap_or_else(|| panic!("the worker reported nothing: {stdout}"));
-        total += line.trim().parse::<i64>().unwrap();
-    }
-    total
-}
-
-#[test]
-fn processes_sharing_a_home_never_pass_the_window() {
-    processes_never_pass_the_window(None);
-}
-
-#[test]
-fn processes_with_their_own_homes_sharing_postgres_never_pass_the_window() {
-    let Some(schema) = schema("processes_..._postgres_never_pass_the_window") else {
-        return;
-    };
-    processes_never_pass_the_window(Some(&schema.url));
+    children
+        .into_iter()
+        .map(|child| workers::worker_result(child).parse::<i64>().unwrap())
+        .sum()
 }
 
 fn processes_never_pass_the_window(url: Option<&str>) {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
-    drop(open(&home, url));
+    drop(fixtures::open_store(&home, url));
     let forwarded = run_workers(&home, url, "reserve", 4, None);
     assert_eq!(forwarded, FIT);
     assert_eq!(reserved(&home, url), FIT * TOTAL);
-}
-
-#[test]
-fn processes_sharing_a_home_use_one_approval_once() {
-    processes_use_one_approval_once(None);
-}
-
-#[test]
-fn processes_with_their_own_homes_sharing_postgres_use_one_approval_once() {
-    let Some(schema) = schema("processes_..._postgres_use_one_approval_once") else {
-        return;
-    };
-    processes_use_one_approval_once(Some(&schema.url));
 }
 
 fn processes_use_one_approval_once(url: Option<&str>) {
@@ -421,6 +290,31 @@ fn processes_use_one_approval_once(url: Option<&str>) {
     let home = tmp.path().join("home");
     let (id, _) = signed_approval(&home, url);
     assert_eq!(run_workers(&home, url, "approval", 4, Some(&id)), 1);
+}
+
+/// Each `SQLITE, POSTGRES => BODY;` is two tests: `BODY(None)` on SQLite, and `BODY(Some(url))` on
+/// a fresh PostgreSQL schema (skipped with a notice without `CAJAGUARD_TEST_POSTGRES_URL`).
+macro_rules! sqlite_and_postgres {
+    ($($sqlite:ident, $postgres:ident => $body:ident;)*) => {$(
+        #[test]
+        fn $sqlite() {
+            $body(None);
+        }
+
+        #[test]
+        fn $postgres() {
+            if let Some(schema) = pg_support::schema_or_notice(stringify!($postgres)) {
+                $body(Some(&schema.url));
+            }
+        }
+    )*};
+}
+
+sqlite_and_postgres! {
+    one_approval_raced_by_threads_is_used_once, one_approval_raced_by_threads_is_used_once_postgres => approval_raced_by_threads;
+    threads_with_their_own_connections_never_pass_the_window, threads_with_their_own_connections_never_pass_the_window_postgres => threads_never_pass_the_window;
+    processes_sharing_a_home_never_pass_the_window, processes_with_their_own_homes_sharing_postgres_never_pass_the_window => processes_never_pass_the_window;
+    processes_sharing_a_home_use_one_approval_once, processes_with_their_own_homes_sharing_postgres_use_one_approval_once => processes_use_one_approval_once;
 }
 
 // ---- kill -9 ----
@@ -435,18 +329,9 @@ fn crash_loop(home: &Path) {
     let store = Store::open(home).unwrap();
     for n in 0_u64.. {
         let checkout = format!("gid://fixture/Checkout/crash-{n}");
-        store
-            .gate(
-                &claimed(&store, &checkout),
-                &request(&checkout),
-                &quote(&checkout, 100),
-                &request_digest(),
-                DAY,
-                NOW,
-                &mut |_, _, _| forward(100, Some(crash_nonce(n))),
-                &record(),
-            )
-            .unwrap();
+        gate(&store, &checkout, 100, &request_digest(), &mut |_, _| {
+            forward(100, Some(crash_nonce(n)))
+        });
         let settled = cajaguard_core::settle::Settlement::Completed(Charge {
             amount: 100,
             currency: None,
@@ -476,15 +361,8 @@ fn kill_9_loses_no_settled_spend_and_frees_no_approval() {
     let home = tmp.path().join("home");
     drop(Store::open(&home).unwrap());
     std::fs::write(home.join("go"), b"").unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "worker_process",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let mut child = workers::self_as_worker("worker_process")
         .env(WORKER_ENV, format!("crash:c0:{}", home.display()))
-        .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let stdout = std::io::BufReader::new(child.stdout.take().unwrap());

@@ -156,18 +156,7 @@ fn a_cancellation_carrying_a_card_number_is_not_forwarded() {
         "tools/call",
         json!({"name": "search_catalog", "arguments": {"query": "socks"}}),
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !world
-        .test_shop_lines()
-        .iter()
-        .any(|l| l.contains("search_catalog"))
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the call never reached the shop"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    world.wait_for_test_shop_line("search_catalog");
     mcp.notify(
         "notifications/cancelled",
         json!({"requestId": id, "reason": "wrong card 4111 1111 1111 1111, sorry"}),
@@ -184,13 +173,7 @@ fn a_cancellation_carrying_a_card_number_is_not_forwarded() {
             .filter(|l| l.contains("notifications/cancelled"))
             .collect()
     };
-    while cancellations().is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the clean cancellation never arrived"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    world.wait_for_test_shop_line("notifications/cancelled");
     let seen = cancellations();
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert!(seen[0].contains("the user left"), "{seen:?}");

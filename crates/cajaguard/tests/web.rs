@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use cajaguard::store::{ApprovalStatus, AuditRecord, Store};
+use cajaguard::store::{ApprovalStatus, AuditRecord, FrozenBy, Store};
 use cajaguard::web::{Request, Response, WebApp};
 use cajaguard_core::approval::{BasketDigest, RequestId, TrustedKeys};
 use cajaguard_core::effect::Outcome;
@@ -488,7 +488,12 @@ fn a_passkey_unfreezes_the_freeze_the_page_showed_and_nothing_else_does() {
     assert_eq!(register(&w, &auth).status, 200);
     let now = OffsetDateTime::now_utc();
     w.store
-        .freeze("a test freeze", now, &AuditRecord::new(now, "cli"))
+        .freeze(
+            "a test freeze",
+            FrozenBy::Human,
+            now,
+            &AuditRecord::new(now, "cli"),
+        )
         .unwrap();
     let page = data(&get(&w, "/status"));
 

@@ -10,7 +10,7 @@ use cajaguard_core::freeze::{self, Frozen};
 
 use super::{Failure, Outcome};
 use crate::keys;
-use crate::store::{AuditRecord, StoreError};
+use crate::store::{AuditRecord, FrozenBy, StoreError};
 
 #[derive(clap::Args)]
 pub struct FreezeArgs {
@@ -42,14 +42,14 @@ pub fn freeze(args: &FreezeArgs) -> Outcome {
     let policy = super::load_policy(&args.config)?;
     let store = super::open_store(&policy)?;
     let now = time::OffsetDateTime::now_utc();
-    let record = record(
-        now,
-        "frozen",
-        "frozen_by_human",
-        Some(display::terminal(&args.reason)),
-    );
+    let record = record(now, Some(display::terminal(&args.reason)));
     let frozen = store
-        .freeze(&display::terminal(&args.reason), now, &record)
+        .freeze(
+            &display::terminal(&args.reason),
+            FrozenBy::Human,
+            now,
+            &record,
+        )
         .map_err(Failure::from)?;
     eprintln!(
         "payments are frozen since {} ({}), on every process and host on {}",
@@ -108,12 +108,7 @@ pub fn unfreeze(args: &UnfreezeArgs) -> Outcome {
             ),
         )
     })?;
-    let record = record(
-        now,
-        "unfrozen",
-        "unfrozen_by_human",
-        Some(format!("signed by key {}", document.key_id)),
-    );
+    let record = record(now, Some(format!("signed by key {}", document.key_id)));
     match store.unfreeze(&frozen, &verified, now, &record) {
         Ok(()) => {
             eprintln!("payments are no longer frozen");
@@ -136,15 +131,8 @@ fn show(frozen: &Frozen) {
     );
 }
 
-fn record(
-    at: time::OffsetDateTime,
-    verdict: &str,
-    reason: &str,
-    note: Option<String>,
-) -> AuditRecord {
+fn record(at: time::OffsetDateTime, note: Option<String>) -> AuditRecord {
     AuditRecord {
-        verdict: verdict.into(),
-        reason: reason.into(),
         note,
         ..AuditRecord::new(at, "cli")
     }

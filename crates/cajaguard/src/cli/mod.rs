@@ -249,8 +249,24 @@ pub fn load_policy(path: &Path) -> Result<Policy, Failure> {
         path: &absolute,
         user_home: user_home.as_deref(),
     };
-    Policy::parse(&text, &origin)
-        .map_err(|e| Failure::usage(e.to_string(), "fix the config file and run again"))
+    let policy = Policy::parse(&text, &origin)
+        .map_err(|e| Failure::usage(e.to_string(), "fix the config file and run again"))?;
+    // A build without the feature cannot open the store the config names: that is the config's
+    // (or the build's) to fix, so 2, before any command starts.
+    #[cfg(not(feature = "postgres"))]
+    if matches!(
+        policy.store,
+        cajaguard_core::policy::StoreConfig::Postgres { .. }
+    ) {
+        return Err(Failure::usage(
+            format!(
+                "{}: this cajaguard was built without the `postgres` feature, so it cannot use the PostgreSQL store the config names",
+                absolute.display()
+            ),
+            "install a build with the default features (`cargo install cajaguard`), or remove `store` to use the SQLite store in `home`",
+        ));
+    }
+    Ok(policy)
 }
 
 /// The config is a trust root (caps, merchants, trusted keys): one that any user may rewrite, or

@@ -61,10 +61,8 @@ fn web(policy: &Policy) -> Result<WebPolicy, Failure> {
     })
 }
 
-fn record(now: time::OffsetDateTime, verdict: &str, reason: &str, note: String) -> AuditRecord {
+fn record(now: time::OffsetDateTime, note: String) -> AuditRecord {
     AuditRecord {
-        verdict: verdict.into(),
-        reason: reason.into(),
         note: Some(note),
         ..AuditRecord::new(now, "cli")
     }
@@ -94,8 +92,6 @@ fn add(args: &AddArgs) -> Outcome {
             now,
             &record(
                 now,
-                "link_issued",
-                "passkey_link",
                 format!("registration link for {}", display::audit(&name)),
             ),
         )
@@ -144,11 +140,7 @@ fn remove(args: &RemoveArgs) -> Outcome {
     let store = super::open_store(&policy)?;
     let now = time::OffsetDateTime::now_utc();
     let removed = store
-        .remove_passkey(
-            &args.id,
-            now,
-            &record(now, "removed", "passkey_removed", String::new()),
-        )
+        .remove_passkey(&args.id, now, &record(now, String::new()))
         .map_err(Failure::from)?;
     match removed {
         Some(row) => {

@@ -22,9 +22,11 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::checkout;
-use super::rawjson::RawObject;
 use super::{Answer, Proxy, Reply, ShopError, refusal, shop_failure};
-use crate::store::{AuditRecord, Claim, Conflict, Permit, StoreError};
+use crate::store::{
+    AuditEvent, AuditRecord, Claim, Conflict, FrozenBy, Permit, SettledAs, StoreError,
+};
+use cajaguard_wire::rawjson::RawObject;
 
 /// What the shop's answer to a forwarded payment comes to, before the fresh read a release needs.
 enum Heard {
@@ -300,25 +302,23 @@ impl Proxy {
             // The reservation and the claim stay: the spend still counts (fail closed).
             tracing::error!("settlement not recorded, the reservation stays: {e}");
         }
-        let (reason, note) = match settlement {
+        let (settled_as, note) = match settlement {
             Settlement::Completed(charge) if charge.differs() => (
-                "charged_differs",
+                SettledAs::ChargedDiffers,
                 Some(differs_note(charge, quote.total, &quote.currency)),
             ),
-            Settlement::Completed(_) => ("completed", None),
-            Settlement::Released => ("released", None),
+            Settlement::Completed(_) => (SettledAs::Completed, None),
+            Settlement::Released => (SettledAs::Released, None),
             Settlement::Unknown => (
-                "outcome_unknown",
+                SettledAs::OutcomeUnknown,
                 Some("the reservation and the claim stay until the outcome is known".into()),
             ),
         };
         let mut record = decided.clone();
         record.at = now;
-        record.verdict = "settled".into();
-        record.reason = reason.into();
         record.note = note.clone();
         record.latency = started.elapsed();
-        if let Err(e) = self.store.audit(&record) {
+        if let Err(e) = self.store.audit(AuditEvent::Settled(settled_as), &record) {
             tracing::error!("audit record not written: {e}");
         }
         if let Settlement::Completed(charge) = settlement
@@ -336,24 +336,23 @@ impl Proxy {
     /// settlement's own transaction).
     pub(super) fn audit_freeze(&self, reason: &str) {
         let mut record = self.audit_record("cajaguard_freeze");
-        record.verdict = "frozen".into();
-        record.reason = "charged_differs".into();
         record.note = Some(reason.to_owned());
-        if let Err(e) = self.store.audit(&record) {
+        if let Err(e) = self
+            .store
+            .audit(AuditEvent::Frozen(FrozenBy::ChargedDiffers), &record)
+        {
             tracing::error!("audit record not written: {e}");
         }
     }
 
     fn refuse(&self, ruling: &Ruling, mut audit: AuditRecord, started: Instant) -> Answer {
-        audit.verdict = ruling.verdict().as_str().into();
-        audit.reason = ruling.reason().as_str().into();
         audit.request_id = ruling
             .request_id()
             .as_ref()
             .map(|r| r.as_str().to_owned())
             .or(audit.request_id);
         audit.latency = started.elapsed();
-        if let Err(e) = self.store.audit(&audit) {
+        if let Err(e) = self.store.audit(AuditEvent::Ruled(ruling.reason()), &audit) {
             tracing::error!("audit record not written: {e}");
         }
         refusal(ruling)

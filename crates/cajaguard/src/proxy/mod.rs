@@ -4,24 +4,31 @@
 //! else is forwarded as the peer wrote it (see docs/ARCHITECTURE.md for the measurement behind this
 //! choice). Only `complete_checkout` is decoded fully, and only to be gated; it is forwarded with the
 //! agent's bytes. Each tool call runs on its own thread, so a slow shop call never stalls the others.
+//!
+//! This file reads the agent's lines and routes each; `calls.rs` runs tool calls in flight,
+//! `complete.rs` gates `complete_checkout`, `update.rs` forwards checkout changes under a lease,
+//! `own_tools.rs` serves CajaGuard's tools, `reconcile.rs` settles payments left in flight,
+//! `answer.rs` shapes answers, and `downstream/` is the shop. The wire formats are the
+//! `cajaguard-wire` crate's.
 
 #![deny(clippy::print_stdout)]
 
+mod answer;
+mod calls;
 pub mod checkout;
 mod complete;
 mod downstream;
-pub mod era;
-pub mod jsonrpc;
-pub mod rawjson;
+mod own_tools;
 mod reconcile;
 mod tools;
+mod update;
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
-use cajaguard_core::approval::{RequestId, TrustedKeys};
+use cajaguard_core::approval::TrustedKeys;
 use cajaguard_core::gate;
 use cajaguard_core::policy::Policy;
 use cajaguard_core::verdict::{Reason, Ruling};
@@ -29,13 +36,15 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
-use downstream::Done;
+pub use answer::{Answer, refusal};
+pub(crate) use answer::{shop_failure, tool_result};
+use cajaguard_wire::era::{self, Era, ResultKind};
+use cajaguard_wire::jsonrpc::{self, Envelope, Line, Sink};
+use cajaguard_wire::rawjson;
+use calls::CallState;
 pub use downstream::{Handshake, Reply, Shop, ShopError};
-use era::{Era, ResultKind};
-use jsonrpc::{Envelope, Line, Sink};
-use rawjson::RawObject;
 
-use crate::store::{ApprovalStatus, AuditRecord, Conflict, Store};
+use crate::store::{AuditEvent, AuditRecord, Store};
 
 /// The clock, injected so that tests decide what "now" is.
 pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
@@ -43,10 +52,6 @@ pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
 pub fn system_clock() -> Clock {
     Arc::new(OffsetDateTime::now_utc)
 }
-
-/// Agents may not keep more tool calls than this in flight at once: a call storm is answered with
-/// errors instead of threads.
-const MAX_CALLS_IN_FLIGHT: usize = 64;
 
 /// The largest message accepted from the agent. Arguments of a shopping call are a few KiB.
 pub const MAX_AGENT_MESSAGE_BYTES: usize = 1024 * 1024;
@@ -59,16 +64,6 @@ pub const MAX_JSON_DEPTH: usize = 128;
 /// Told to the agent at `initialize` and `server/discover`.
 pub const INSTRUCTIONS: &str = "UCP shopping tools pass through CajaGuard. complete_checkout is gated by caps, a merchant allowlist and human approvals; a refusal comes back as a tool result with structuredContent.cajaguard (verdict, reason, detail, next).";
 
-/// What one request is answered with, before the era's envelope is applied.
-pub enum Answer {
-    /// A result object (JSON).
-    Result(String),
-    /// An error object the shop sent, passed on unchanged.
-    ShopError(Box<RawValue>),
-    /// A whole error line made by the proxy.
-    ErrorLine(String),
-}
-
 pub struct Proxy {
     policy: Arc<Policy>,
     trusted: TrustedKeys,
@@ -78,12 +73,6 @@ pub struct Proxy {
     out: Sink,
     calls: Mutex<HashMap<String, CallState>>,
     calls_in_flight: AtomicUsize,
-}
-
-#[derive(Default)]
-struct CallState {
-    shop_id: Option<u64>,
-    cancelled: bool,
 }
 
 impl Proxy {
@@ -172,7 +161,7 @@ impl Proxy {
         };
         let answer = match method {
             "initialize" => self.initialize(envelope.params.as_deref()),
-            "server/discover" => Answer::Result(era::discover_result(&server_info())),
+            "server/discover" => Answer::Result(era::discover_result(&server_info(), INSTRUCTIONS)),
             "ping" => Answer::Result("{}".to_owned()),
             "tools/list" => self.list_tools(id),
             "tools/call" => return self.spawn_call(envelope, era),
@@ -204,48 +193,6 @@ impl Proxy {
             Answer::ErrorLine(line) => line,
         };
         self.send(&line);
-    }
-
-    fn notification(&self, method: &str, params: Option<&RawValue>) {
-        if method != "notifications/cancelled" {
-            return;
-        }
-        let Some(raw) = params else { return };
-        // Forwarded to the shop, so held to what a call is: no duplicate key, nothing the
-        // tripwire refuses. Dropped quietly (a notification has no answer), never logged with
-        // its content.
-        let clean = serde_json::from_str::<serde_json::Value>(raw.get())
-            .is_ok_and(|whole| self.forwarding_refusal(raw, &whole).is_none());
-        if !clean {
-            tracing::warn!(
-                "a cancellation the tripwire or the duplicate-key check refused was not forwarded"
-            );
-            return;
-        }
-        let Some(mut params) = RawObject::parse(raw.get()) else {
-            return;
-        };
-        let Some(request_id) = params.get("requestId").map(jsonrpc::id_key) else {
-            return;
-        };
-        let shop_id = {
-            let mut calls = lock(&self.calls);
-            let Some(call) = calls.get_mut(&request_id) else {
-                return;
-            };
-            call.cancelled = true;
-            call.shop_id
-        };
-        if let Some(shop_id) = shop_id {
-            // The shop knows the request by the proxy's id; everything else (reason) is the agent's.
-            if let Ok(id) = RawValue::from_string(shop_id.to_string()) {
-                params.set("requestId", id);
-                self.shop.notify(&jsonrpc::notification(
-                    "notifications/cancelled",
-                    Some(&params.to_json()),
-                ));
-            }
-        }
     }
 
     fn initialize(&self, params: Option<&RawValue>) -> Answer {
@@ -294,119 +241,6 @@ impl Proxy {
         }
         list.push_str("]}");
         Answer::Result(list)
-    }
-
-    fn spawn_call(self: &Arc<Proxy>, envelope: Envelope, era: Era) {
-        let Some(id) = envelope.id else { return };
-        if self.calls_in_flight.fetch_add(1, Ordering::AcqRel) >= MAX_CALLS_IN_FLIGHT {
-            self.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
-            self.send(&jsonrpc::error(
-                Some(&id),
-                jsonrpc::OVERLOADED,
-                &format!("more than {MAX_CALLS_IN_FLIGHT} calls in flight; CajaGuard refused this one, retry later"),
-            ));
-            return;
-        }
-        lock(&self.calls).insert(jsonrpc::id_key(&id), CallState::default());
-        let params = envelope.params;
-        if let Some(raw) = params.as_deref()
-            && self.forward_inline(&id, raw, era)
-        {
-            return;
-        }
-        let proxy = self.clone();
-        let call_id = id.clone();
-        let spawned = std::thread::Builder::new()
-            .name("tool-call".into())
-            .spawn(move || {
-                // A bug must not leave the agent waiting for an answer that never comes: a panic is
-                // answered as an internal error (a payment already reserved stays counted).
-                let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    proxy.call_tool(&call_id, params.as_deref())
-                }))
-                .unwrap_or_else(|_| {
-                    tracing::error!(
-                        "a tool call failed inside CajaGuard; answered as an internal error"
-                    );
-                    Answer::ErrorLine(jsonrpc::error(
-                        Some(&call_id),
-                        jsonrpc::INTERNAL_ERROR,
-                        "CajaGuard failed on this call; nothing was forwarded after the failure",
-                    ))
-                });
-                proxy.finish_call(&call_id, answer, era);
-            });
-        if spawned.is_err() {
-            tracing::error!("cannot start a thread for a tool call");
-            self.finish_call(
-                &id,
-                Answer::ErrorLine(jsonrpc::error(
-                    Some(&id),
-                    jsonrpc::OVERLOADED,
-                    "CajaGuard cannot take this call now (no thread); retry later",
-                )),
-                era,
-            );
-        }
-    }
-
-    /// The fast path for a plain forwarded call (not gated, not ours, tripwire clean, shop live over
-    /// stdio): written to the shop from this thread, answered to the agent from the shop's reader,
-    /// with no thread started and no hand-off in between. `false`: take the ordinary path.
-    fn forward_inline(self: &Arc<Proxy>, id: &RawValue, params: &RawValue, era: Era) -> bool {
-        let Ok(whole) = serde_json::from_str::<serde_json::Value>(params.get()) else {
-            return false;
-        };
-        let Some(name) = whole.get("name").and_then(serde_json::Value::as_str) else {
-            return false;
-        };
-        // The gated tool and the ones that change a checkout (they take a lease in the store)
-        // take the ordinary path.
-        if name == tools::GATED_TOOL || tools::changes_checkout(name) || !tools::is_ucp_tool(name) {
-            return false;
-        }
-        // A refusal is audited, which writes to the store: not on the agent's reader.
-        if self.forwarding_refusal(params, &whole).is_some() {
-            return false;
-        }
-        let key = jsonrpc::id_key(id);
-        let Ok(id) = RawValue::from_string(id.get().to_owned()) else {
-            return false;
-        };
-        let proxy = self.clone();
-        let done: Done = Box::new(move |reply| {
-            let answer = match reply {
-                Ok(Reply::Result(result)) => Answer::Result(result.get().to_owned()),
-                Ok(Reply::Error(error)) => Answer::ShopError(error),
-                Err(e) => shop_failure(&e),
-            };
-            proxy.finish_call(&id, answer, era);
-        });
-        if !self.shop.offers_live(name) {
-            return false;
-        }
-        let sent = self.shop.request_detached(
-            "tools/call",
-            Some(params.get()),
-            &mut |shop_id| {
-                if let Some(call) = lock(&self.calls).get_mut(&key) {
-                    call.shop_id = Some(shop_id);
-                }
-            },
-            done,
-        );
-        sent.is_ok()
-    }
-
-    /// Answers a tool call unless the agent cancelled it (MCP: no answer to a cancelled request).
-    fn finish_call(&self, id: &RawValue, answer: Answer, era: Era) {
-        let cancelled = lock(&self.calls)
-            .remove(&jsonrpc::id_key(id))
-            .is_some_and(|c| c.cancelled);
-        if !cancelled {
-            self.respond(id, answer, era, ResultKind::Other);
-        }
-        self.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// One `tools/call`.
@@ -502,155 +336,6 @@ impl Proxy {
         }
     }
 
-    /// `update_checkout` / `cancel_checkout` (SPEC §4 step 3a): refused while a payment holds the
-    /// checkout, and holding a lease in the store while on its way, so that no payment reads the
-    /// checkout back while this call could still change it.
-    fn forward_update(
-        &self,
-        id: &RawValue,
-        tool: &str,
-        params: &str,
-        arguments: &serde_json::Value,
-    ) -> Answer {
-        // The id names the checkout the lease keeps payments off: any other shape could reach a
-        // lenient shop as that checkout while no lease covers it.
-        let checkout_id = match arguments.get("id").and_then(|v| v.as_str()) {
-            Some(checkout_id) if cajaguard_core::request::is_plain_id(checkout_id) => checkout_id,
-            _ => {
-                let ruling = Ruling::new(
-                    Reason::BadRequest,
-                    format!(
-                        "{tool} needs `id`, the checkout id, as a non-empty string without spaces or control characters"
-                    ),
-                );
-                self.audit_refusal(tool, &ruling);
-                return refusal(&ruling);
-            }
-        };
-        // Longer than the call can take: a wait for the connection, a new handshake, one resend.
-        let lasts = self.shop.timeout().saturating_mul(4);
-        let mut leased =
-            self.store
-                .begin_update(checkout_id, (self.clock)(), lasts, self.stale_after());
-        if let Ok(Err(Conflict::PaymentInFlight)) = &leased {
-            // The payment's outcome may be known by now (completed, or stale and open).
-            let agent = arguments
-                .pointer("/meta/ucp-agent")
-                .cloned()
-                .unwrap_or(serde_json::Value::Null);
-            self.reconcile_checkout(checkout_id, &agent);
-            leased =
-                self.store
-                    .begin_update(checkout_id, (self.clock)(), lasts, self.stale_after());
-        }
-        let lease = match leased {
-            Ok(Ok(lease)) => lease,
-            Ok(Err(_)) => {
-                let ruling = Ruling::new(
-                    Reason::PaymentInFlight,
-                    format!(
-                        "a payment of this checkout is in flight; {tool} is refused until it is settled, so the basket the shop completes is the basket the gate checked"
-                    ),
-                );
-                self.audit_refusal(tool, &ruling);
-                return refusal(&ruling);
-            }
-            Err(e) => {
-                let ruling = Ruling::new(
-                    Reason::StoreUnavailable,
-                    format!("the CajaGuard store failed, so {tool} was not forwarded: {e}"),
-                );
-                self.audit_refusal(tool, &ruling);
-                return refusal(&ruling);
-            }
-        };
-        let reply = self.shop_request(id, "tools/call", params);
-        // An update whose answer never came may still be applied by the shop: its lease then
-        // lapses on its own, after any live call on it has given up.
-        if !matches!(&reply, Err(e) if e.outcome_unknown())
-            && let Err(e) = self.store.end_update(lease)
-        {
-            tracing::warn!("update lease not ended, it lapses on its own: {e}");
-        }
-        match reply {
-            Ok(Reply::Result(result)) => Answer::Result(result.get().to_owned()),
-            Ok(Reply::Error(error)) => Answer::ShopError(error),
-            Err(e) => shop_failure(&e),
-        }
-    }
-
-    /// `cajaguard_freeze`: an agent may stop payments; nothing an agent calls starts them again.
-    fn freeze_tool(&self, arguments: &serde_json::Value) -> Answer {
-        let reason = arguments
-            .get("reason")
-            .and_then(|v| v.as_str())
-            .map(audit_text)
-            .unwrap_or_else(|| "frozen by the agent".to_owned());
-        let mut record = self.audit_record(tools::FREEZE_TOOL);
-        record.verdict = "frozen".into();
-        record.reason = "frozen_by_agent".into();
-        record.note = Some(reason.clone());
-        match self.store.freeze(&reason, (self.clock)(), &record) {
-            Ok(frozen) => tool_result(
-                &serde_json::json!({
-                    "frozen": { "at": frozen.stamp(), "reason": frozen.reason },
-                    "next": "a human runs `cajaguard unfreeze --config FILE` to let payments through again",
-                }),
-                false,
-            ),
-            Err(e) => tool_result(&serde_json::json!({"error": e.to_string()}), true),
-        }
-    }
-
-    fn shop_request(&self, id: &RawValue, method: &str, params: &str) -> Result<Reply, ShopError> {
-        let key = jsonrpc::id_key(id);
-        self.shop.request(method, Some(params), &mut |shop_id| {
-            if let Some(call) = lock(&self.calls).get_mut(&key) {
-                call.shop_id = Some(shop_id);
-            }
-        })
-    }
-
-    fn status_tool(&self) -> Answer {
-        match crate::status::document_with(&self.policy, &self.store, &self.trusted, (self.clock)())
-        {
-            Ok(document) => tool_result(&document, false),
-            Err(e) => tool_result(&serde_json::json!({"error": e.to_string()}), true),
-        }
-    }
-
-    fn approval_status_tool(&self, arguments: &serde_json::Value) -> Answer {
-        let status = match arguments
-            .get("request_id")
-            .and_then(|v| v.as_str())
-            .map(RequestId::parse)
-        {
-            Some(Ok(request_id)) => {
-                match self.store.approval_status(
-                    &request_id,
-                    &self.trusted,
-                    self.policy.approvals.passkey_relying_party().as_ref(),
-                    (self.clock)(),
-                    self.policy.approvals.max_ttl,
-                ) {
-                    Ok(status) => status,
-                    Err(e) => {
-                        return tool_result(&serde_json::json!({"error": e.to_string()}), true);
-                    }
-                }
-            }
-            _ => ApprovalStatus::Invalid,
-        };
-        let status = match status {
-            ApprovalStatus::Pending => "pending",
-            ApprovalStatus::Approved => "approved",
-            ApprovalStatus::Used => "used",
-            ApprovalStatus::Denied => "denied",
-            ApprovalStatus::Invalid => "invalid",
-        };
-        tool_result(&serde_json::json!({ "status": status }), false)
-    }
-
     /// An audit record for `tool` at the current time, the rest to be filled by the caller.
     fn audit_record(&self, tool: &str) -> AuditRecord {
         AuditRecord::new((self.clock)(), tool)
@@ -658,10 +343,11 @@ impl Proxy {
 
     fn audit_refusal(&self, tool: &str, ruling: &Ruling) {
         let mut record = self.audit_record(tool);
-        record.verdict = ruling.verdict().as_str().to_owned();
-        record.reason = ruling.reason().as_str().to_owned();
         record.request_id = ruling.request_id().as_ref().map(|r| r.as_str().to_owned());
-        if let Err(e) = self.store.audit(&record) {
+        if let Err(e) = self
+            .store
+            .audit(AuditEvent::Ruled(ruling.reason()), &record)
+        {
             tracing::error!("audit record not written: {e}");
         }
     }
@@ -679,28 +365,6 @@ fn known_method(method: &str) -> bool {
         method,
         "initialize" | "server/discover" | "ping" | "tools/list" | "tools/call"
     ) || method.starts_with("notifications/")
-}
-
-/// A refusal as the agent sees it: a tool result with `isError`, the ruling in `structuredContent`
-/// and, as JSON, in the text content.
-pub fn refusal(ruling: &Ruling) -> Answer {
-    tool_result(&ruling.to_json(), true)
-}
-
-pub(crate) fn tool_result(document: &serde_json::Value, is_error: bool) -> Answer {
-    let text = document.to_string();
-    let result = serde_json::json!({
-        "content": [{ "type": "text", "text": text }],
-        "structuredContent": document,
-        "isError": is_error,
-    });
-    Answer::Result(result.to_string())
-}
-
-/// A shop that failed to answer a forwarded call: a tool error the agent can read, never a hang.
-pub(crate) fn shop_failure(error: &ShopError) -> Answer {
-    let document = serde_json::json!({ "cajaguard": { "error": "shop_unavailable", "detail": error.to_string() } });
-    tool_result(&document, true)
 }
 
 fn server_info() -> String {

@@ -23,7 +23,7 @@ use time::OffsetDateTime;
 
 use super::checkout;
 use super::{Proxy, Reply};
-use crate::store::{AuditRecord, InFlight, ReleasedBy};
+use crate::store::{AuditEvent, AuditRecord, InFlight, ReleasedBy, SettledAs};
 
 /// The UCP agent identity CajaGuard uses when it reads a checkout back on its own account.
 const RECONCILER_PROFILE: &str = "https://cajaguard.invalid/profiles/reconciler.json";
@@ -194,9 +194,9 @@ impl Proxy {
             tracing::error!("reconciliation not recorded, the reservation stays: {e}");
             return;
         }
-        let (reason, note) = match &settlement {
+        let (settled_as, note) = match &settlement {
             Settlement::Completed(charge) => (
-                "reconciled_completed",
+                SettledAs::ReconciledCompleted,
                 charge.differs().then(|| {
                     format!(
                         "the shop charged {} minor units, more than the {} reserved; payments are frozen",
@@ -204,11 +204,9 @@ impl Proxy {
                     )
                 }),
             ),
-            _ => ("reconciled_released", None),
+            _ => (SettledAs::ReconciledReleased, None),
         };
         let record = AuditRecord {
-            verdict: "settled".into(),
-            reason: reason.into(),
             currency: Some(super::audit_text(&row.currency)),
             total: Some(row.total),
             idempotency_key: Some(super::audit_text(&row.idempotency_key)),
@@ -216,7 +214,7 @@ impl Proxy {
             note,
             ..AuditRecord::new(now, super::tools::GATED_TOOL)
         };
-        if let Err(e) = self.store.audit(&record) {
+        if let Err(e) = self.store.audit(AuditEvent::Settled(settled_as), &record) {
             tracing::error!("audit record not written: {e}");
         }
         if let Settlement::Completed(charge) = &settlement

@@ -116,6 +116,8 @@ pub(super) fn status(
 
 /// The checks every backend makes before filing a document: its request id is one, and its nonce
 /// is hex (the SQLite backend names the file after both).
+// Only the PostgreSQL backend files documents through this so far.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(super) fn check_fileable(doc: &ApprovalDocument) -> Result<(RequestId, String), String> {
     let id = RequestId::parse(&doc.request_id)
         .map_err(|_| "the approval's request id is not a CajaGuard request id (cg-<hex>)")?;

@@ -1,20 +1,110 @@
-//! The audit log: one row per decision. The record type has no field for arguments, tokens or keys,
-//! so nothing secret can be written here. The backends write these columns.
+//! The audit log: one row per decision, settlement, freeze and unfreeze. A row is an
+//! [`AuditEvent`] (what happened, typed, so no writer can misspell a verdict) and an
+//! [`AuditRecord`] (what was known about the call). The record has no field for arguments, tokens
+//! or keys, so nothing secret can be written here. The backends write these columns.
 
 use std::time::Duration;
 
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use cajaguard_core::verdict::Reason;
+
 use super::StoreError;
 
-/// One audited decision (never a secret: no tokens, no card numbers, no arguments).
+/// What an audit row says happened: its `verdict` and `reason` columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditEvent {
+    /// The gate's ruling on a call (the verdict follows from the reason).
+    Ruled(Reason),
+    /// What became of a forwarded payment.
+    Settled(SettledAs),
+    /// Payments were frozen.
+    Frozen(FrozenBy),
+    /// A human unfroze payments.
+    Unfrozen,
+    /// A passkey of the approval page changed (SPEC §8: registrations are audit records).
+    Passkey(PasskeyEvent),
+}
+
+/// What happened to the approval page's passkeys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PasskeyEvent {
+    /// `cajaguard passkey add` issued a one-time registration link.
+    LinkIssued,
+    /// A passkey was registered through a link.
+    Registered,
+    /// `cajaguard passkey remove`.
+    Removed,
+}
+
+/// How a forwarded payment's outcome became known, and what it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettledAs {
+    /// The shop's answer: completed as quoted.
+    Completed,
+    /// The shop's answer: completed, but not as quoted (counted as charged; payments freeze).
+    ChargedDiffers,
+    /// The shop's word that nothing was paid: the reservation is released.
+    Released,
+    /// No answer that tells: the reservation and the claim stay.
+    OutcomeUnknown,
+    /// Reconciliation read the checkout completed.
+    ReconciledCompleted,
+    /// Reconciliation read the checkout open or canceled: the reservation is released.
+    ReconciledReleased,
+}
+
+/// Who or what froze payments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrozenBy {
+    /// `cajaguard freeze`.
+    Human,
+    /// The `cajaguard_freeze` tool.
+    Agent,
+    /// A settlement that differed from its quote.
+    ChargedDiffers,
+}
+
+impl AuditEvent {
+    /// The `verdict` column: a ruling's verdict, or `settled`, `frozen`, `unfrozen`.
+    pub fn verdict(self) -> &'static str {
+        match self {
+            AuditEvent::Ruled(reason) => reason.verdict().as_str(),
+            AuditEvent::Settled(_) => "settled",
+            AuditEvent::Frozen(_) => "frozen",
+            AuditEvent::Unfrozen => "unfrozen",
+            AuditEvent::Passkey(_) => "passkey",
+        }
+    }
+
+    /// The `reason` column.
+    pub fn reason(self) -> &'static str {
+        match self {
+            AuditEvent::Ruled(reason) => reason.as_str(),
+            AuditEvent::Settled(SettledAs::Completed) => "completed",
+            AuditEvent::Settled(SettledAs::ChargedDiffers) => "charged_differs",
+            AuditEvent::Settled(SettledAs::Released) => "released",
+            AuditEvent::Settled(SettledAs::OutcomeUnknown) => "outcome_unknown",
+            AuditEvent::Settled(SettledAs::ReconciledCompleted) => "reconciled_completed",
+            AuditEvent::Settled(SettledAs::ReconciledReleased) => "reconciled_released",
+            AuditEvent::Frozen(FrozenBy::Human) => "frozen_by_human",
+            AuditEvent::Frozen(FrozenBy::Agent) => "frozen_by_agent",
+            AuditEvent::Frozen(FrozenBy::ChargedDiffers) => "charged_differs",
+            AuditEvent::Unfrozen => "unfrozen_by_human",
+            AuditEvent::Passkey(PasskeyEvent::LinkIssued) => "passkey_link_issued",
+            AuditEvent::Passkey(PasskeyEvent::Registered) => "passkey_registered",
+            AuditEvent::Passkey(PasskeyEvent::Removed) => "passkey_removed",
+        }
+    }
+}
+
+/// What is known about one call, gathered as it goes; written with the [`AuditEvent`] that ends
+/// it (never a secret: no tokens, no card numbers, no arguments).
 #[derive(Debug, Clone)]
 pub struct AuditRecord {
     pub at: OffsetDateTime,
     pub tool: String,
-    pub verdict: String,
-    pub reason: String,
     pub merchant: Option<String>,
     pub currency: Option<String>,
     pub total: Option<i64>,
@@ -32,8 +122,6 @@ impl AuditRecord {
         AuditRecord {
             at,
             tool: tool.to_owned(),
-            verdict: String::new(),
-            reason: String::new(),
             merchant: None,
             currency: None,
             total: None,

@@ -23,7 +23,7 @@ pub enum StoreError {
     )]
     Postgres {
         target: String,
-        source: ::postgres::Error,
+        source: super::postgres::Error,
     },
     /// The PostgreSQL store cannot be reached (down, restarting, connection cut). Nothing was
     /// applied; the next call connects again.

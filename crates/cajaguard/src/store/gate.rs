@@ -11,8 +11,8 @@ use cajaguard_core::request::CompleteRequest;
 use time::OffsetDateTime;
 
 use super::{
-    AuditRecord, Backend, Claim, Gated, Permit, Store, StoreError, approvals, claims, ledger,
-    micros, passkeys, tx,
+    AuditEvent, AuditRecord, Backend, Claim, Gated, Permit, Store, StoreError, approvals, claims,
+    ledger, micros, passkeys, tx,
 };
 
 /// The pure decision the gate runs inside its transaction: the ledger's view, the key-file and
@@ -122,8 +122,6 @@ impl Store {
                 }
             }
             let mut record = audit.clone();
-            record.verdict = outcome.ruling.verdict().as_str().to_owned();
-            record.reason = outcome.ruling.reason().as_str().to_owned();
             record.merchant = record.merchant.or_else(|| quote.merchant.clone());
             record.currency = record.currency.or_else(|| Some(quote.currency.clone()));
             record.total = record.total.or(Some(quote.total));
@@ -137,7 +135,7 @@ impl Store {
                 .checkout_id
                 .or_else(|| Some(request.checkout_id.clone()));
             record.latency = record.latency.saturating_add(started.elapsed());
-            tx.insert_audit(&record)?;
+            tx.insert_audit(AuditEvent::Ruled(outcome.ruling.reason()), &record)?;
             Ok(outcome)
         })?;
         // A reservation or a used approval must survive a power cut before the payment goes out.

@@ -43,7 +43,7 @@ use cajaguard_core::policy::{Policy, StoreConfig, StoreUrl};
 use cajaguard_core::settle::Settlement;
 use time::OffsetDateTime;
 
-pub use self::audit::AuditRecord;
+pub use self::audit::{AuditEvent, AuditRecord, FrozenBy, PasskeyEvent, SettledAs};
 pub use self::claims::Conflict;
 pub use self::error::StoreError;
 pub use self::passkeys::{LINK_TTL, LinkState, PasskeyRow, token_hash};
@@ -275,12 +275,13 @@ impl Store {
     pub fn freeze(
         &self,
         reason: &str,
+        by: FrozenBy,
         now: OffsetDateTime,
         audit: &AuditRecord,
     ) -> Result<Frozen, StoreError> {
         self.write(&mut |tx| {
             tx.freeze_put(micros(now), reason)?;
-            tx.insert_audit(audit)?;
+            tx.insert_audit(AuditEvent::Frozen(by), audit)?;
             freeze::current(tx)?
                 .ok_or_else(|| StoreError::Inconsistent("a freeze did not stay written".into()))
         })
@@ -308,7 +309,7 @@ impl Store {
             }
             tx.insert_used(unfreeze.nonce(), &marker, "unfreeze", micros(now))?;
             tx.freeze_delete()?;
-            tx.insert_audit(audit)
+            tx.insert_audit(AuditEvent::Unfrozen, audit)
         })
     }
 
@@ -378,8 +379,8 @@ impl Store {
     }
 
     /// An audit record for a decision made outside [`Store::gate`] (precheck refusals, other tools).
-    pub fn audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
-        self.read(&mut |tx| tx.insert_audit(record))
+    pub fn audit(&self, event: AuditEvent, record: &AuditRecord) -> Result<(), StoreError> {
+        self.read(&mut |tx| tx.insert_audit(event, record))
     }
 
     /// Settled and in-flight spend per currency over `window` before `now` (the same conservative

@@ -25,8 +25,9 @@ use cajaguard_core::passkey::{
 use sha2::{Digest as _, Sha256};
 use time::OffsetDateTime;
 
+use super::audit::PasskeyEvent;
 use super::tx::Tx;
-use super::{AuditRecord, Store, StoreError, from_micros, micros};
+use super::{AuditEvent, AuditRecord, Store, StoreError, from_micros, micros};
 
 /// A one-time registration link lives this long (SPEC §6).
 pub const LINK_TTL: std::time::Duration = std::time::Duration::from_secs(5 * 60);
@@ -182,7 +183,7 @@ impl Store {
         let hash = token_hash(token);
         self.write(&mut |tx| {
             tx.link_insert(&hash, name, expires)?;
-            tx.insert_audit(audit)
+            tx.insert_audit(AuditEvent::Passkey(PasskeyEvent::LinkIssued), audit)
         })
     }
 
@@ -242,7 +243,7 @@ impl Store {
                     "this passkey is registered already (or was, and was removed): use another authenticator",
                 ));
             }
-            tx.insert_audit(audit)
+            tx.insert_audit(AuditEvent::Passkey(PasskeyEvent::Registered), audit)
         })
     }
 
@@ -273,7 +274,7 @@ impl Store {
                 row.id(),
                 cajaguard_core::display::terminal(&row.passkey.name)
             ));
-            tx.insert_audit(&record)?;
+            tx.insert_audit(AuditEvent::Passkey(PasskeyEvent::Removed), &record)?;
             Ok(Some(row.clone()))
         })
     }
@@ -329,7 +330,7 @@ impl Store {
             tx.insert_used(unfreeze.nonce(), &marker, "unfreeze", micros(now))?;
             advance(tx, &counter)?;
             tx.freeze_delete()?;
-            tx.insert_audit(audit)
+            tx.insert_audit(AuditEvent::Unfrozen, audit)
         })
     }
 

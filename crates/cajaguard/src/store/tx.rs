@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use cajaguard_core::approval::{ApprovalDocument, RequestId};
 use cajaguard_core::effect::PendingRequest;
 
-use super::{AuditRecord, InFlight, PendingRow, StoreError, WindowSpend};
+use super::{AuditEvent, AuditRecord, InFlight, PendingRow, StoreError, WindowSpend};
 
 /// A ledger row's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,5 +189,5 @@ pub(super) trait Tx: super::passkeys::PasskeyTx {
     fn pending_list(&mut self) -> Result<Vec<PendingRow>, StoreError>;
     fn pending_get(&mut self, id: &RequestId) -> Result<Option<PendingRow>, StoreError>;
 
-    fn insert_audit(&mut self, r: &AuditRecord) -> Result<(), StoreError>;
+    fn insert_audit(&mut self, event: AuditEvent, r: &AuditRecord) -> Result<(), StoreError>;
 }

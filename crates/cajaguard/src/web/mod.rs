@@ -563,8 +563,6 @@ impl WebApp {
         };
         let now = self.now();
         let audit = AuditRecord {
-            verdict: "registered".into(),
-            reason: "passkey_registered".into(),
             note: Some(format!(
                 "passkey {} ({}, {:?}), trusted on first use",
                 hex::encode(&record.credential_id),
@@ -659,8 +657,6 @@ impl WebApp {
             return Response::refused(403, "the passkey is no longer registered");
         };
         let audit = AuditRecord {
-            verdict: "unfrozen".into(),
-            reason: "unfrozen_by_human".into(),
             note: Some(format!("passkey {}", hex::encode(verified.credential_id()))),
             ..AuditRecord::new(now, "web")
         };

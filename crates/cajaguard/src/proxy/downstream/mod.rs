@@ -1,152 +1,25 @@
 //! The shop, over either transport: a child process on stdio (`stdio.rs`) or an MCP Streamable
-//! HTTP endpoint (`http.rs`). Connected on demand, handshaken once per connection, reconnected on
+//! HTTP endpoint (`http/`). Connected on demand, handshaken once per connection, reconnected on
 //! the next call after it is lost. Every call is bounded by the configured timeout and every
 //! message from the shop by the configured size; a shop that breaks either is a failed call,
 //! never a hang. Both transports carry the same raw JSON-RPC: nothing is re-encoded on the way.
+//! `error.rs` says what each failure means, `handshake.rs` how a connection starts.
 
+mod error;
+mod handshake;
 mod http;
 mod stdio;
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cajaguard_core::policy::{Downstream as DownstreamPolicy, DownstreamTransport};
+use cajaguard_wire::era::{self, Era};
+use cajaguard_wire::jsonrpc;
 use serde_json::value::RawValue;
 
-use super::era::{self, Era};
-use super::jsonrpc;
-
-/// The protocol version the proxy asks the shop for; the shop may answer with another it speaks.
-const PROTOCOL_VERSION: &str = "2025-11-25";
-
-#[derive(Debug, thiserror::Error)]
-pub enum ShopError {
-    #[error("cannot start the shop `{}`: {source}; check downstream.command in the config", program.display())]
-    Spawn {
-        program: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(
-        "the shop `{0}` was not found next to cajaguard or on PATH; check downstream.command in the config"
-    )]
-    NotFound(String),
-    #[error("the shop did not answer within {0:?}")]
-    Timeout(Duration),
-    #[error("the shop stopped ({0}); it is reconnected on the next call")]
-    Died(String),
-    #[error(
-        "the shop's answer to this call was over the {0}-byte limit (downstream.max_message_bytes); \
-         only this call failed"
-    )]
-    TooLarge(usize),
-    #[error("the shop broke the MCP handshake: {0}")]
-    Handshake(String),
-    /// The shop answered a request, but not in a form that says what happened (neither `result`
-    /// nor `error`, an unexpected content type): it may have acted on it.
-    #[error("the shop's answer is unusable ({0}); it may have acted on the request")]
-    Garbled(String),
-    /// `downstream.bearer_token_env` names a variable that is not set (or is empty) in the
-    /// environment `cajaguard` was started with.
-    #[error(
-        "the shop's bearer token is missing: ${0} is not set (downstream.bearer_token_env); export it \
-         in the environment that starts cajaguard (for MCP clients: in the server's \"env\" block)"
-    )]
-    MissingToken(String),
-    #[error(
-        "${0} holds characters that cannot go in an HTTP header; put the bare token in it (no \
-         \"Bearer \" prefix, no newline)"
-    )]
-    BadToken(String),
-    /// 401/403. Names the variable, never its value.
-    #[error("{}", unauthorized_message(*status, var.as_deref()))]
-    Unauthorized { status: u16, var: Option<String> },
-    /// The request never reached the shop (refused connection, DNS, TLS): nothing happened there.
-    #[error("cannot reach the shop at {url}: {why}; check that it is up and downstream.url")]
-    Unreachable { url: String, why: String },
-    /// An HTTP status that is not an MCP answer. `unknown` when the shop may have acted on the
-    /// request before failing (5xx other than 503).
-    #[error("the shop answered HTTP {status}{}", if *unknown { " (it may have acted on the request)" } else { "" })]
-    Http { status: u16, unknown: bool },
-    /// HTTP 404 on a request carrying a session id: the shop forgot the session and did not
-    /// process the request. `Shop::request` re-initializes and resends once.
-    #[error("the shop forgot the MCP session (HTTP 404) twice in a row; it was not processed")]
-    SessionExpired,
-}
-
-fn unauthorized_message(status: u16, var: Option<&str>) -> String {
-    match var {
-        Some(var) => format!(
-            "the shop refused the token in ${var} ({status}): check it (and that it may use the UCP MCP endpoint)"
-        ),
-        None => format!(
-            "the shop requires authorization ({status}): put its token in an environment variable and \
-             name it in downstream.bearer_token_env"
-        ),
-    }
-}
-
-impl ShopError {
-    /// The message already says what to do, so the CLI adds no hint that repeats it.
-    pub fn says_what_to_do(&self) -> bool {
-        matches!(
-            self,
-            ShopError::Spawn { .. }
-                | ShopError::NotFound(_)
-                | ShopError::MissingToken(_)
-                | ShopError::BadToken(_)
-                | ShopError::Unauthorized { .. }
-                | ShopError::Unreachable { .. }
-        )
-    }
-
-    /// True when a request may have reached the shop and its effect is unknown.
-    pub fn outcome_unknown(&self) -> bool {
-        match self {
-            ShopError::Timeout(_)
-            | ShopError::Died(_)
-            | ShopError::TooLarge(_)
-            | ShopError::Garbled(_) => true,
-            ShopError::Http { unknown, .. } => *unknown,
-            _ => false,
-        }
-    }
-
-    /// Failures that happened before the request could be written: the shop cannot have acted.
-    /// (An HTTP status, even a 4xx, is the shop's answer: it is read as a refusal to be confirmed.)
-    pub fn never_sent(&self) -> bool {
-        matches!(
-            self,
-            ShopError::Spawn { .. }
-                | ShopError::NotFound(_)
-                | ShopError::MissingToken(_)
-                | ShopError::BadToken(_)
-                | ShopError::Unreachable { .. }
-                | ShopError::SessionExpired
-        )
-    }
-
-    /// Failures after which the connection is not trusted again: the next call reconnects.
-    fn drops_connection(&self) -> bool {
-        matches!(
-            self,
-            ShopError::Died(_) | ShopError::SessionExpired | ShopError::Unreachable { .. }
-        )
-    }
-
-    /// Failures that are fixed in the config or the environment, not by waiting (exit 2 at start).
-    pub fn is_configuration(&self) -> bool {
-        matches!(
-            self,
-            ShopError::NotFound(_)
-                | ShopError::Spawn { .. }
-                | ShopError::MissingToken(_)
-                | ShopError::BadToken(_)
-                | ShopError::Unauthorized { .. }
-        )
-    }
-}
+pub use error::ShopError;
 
 /// The shop's answer to one request.
 #[derive(Debug)]
@@ -398,102 +271,6 @@ impl Shop {
             }
         }
     }
-
-    /// `initialize` first (every shop of the 2025 eras); a shop that refuses it but answers
-    /// `server/discover` with 2026-07-28 is spoken to in that era, with an envelope on every request.
-    fn initialize(&self, link: &dyn Link) -> Result<Handshake, ShopError> {
-        let params = format!(
-            r#"{{"protocolVersion":"{PROTOCOL_VERSION}","capabilities":{{}},"clientInfo":{}}}"#,
-            era::client_info()
-        );
-        let answer = link.request("initialize", Some(&params), self.timeout, &mut |_| {})?;
-        let (protocol_version, shop_era) = match answer {
-            Reply::Result(result) => {
-                #[derive(serde::Deserialize)]
-                struct Initialized {
-                    #[serde(rename = "protocolVersion")]
-                    protocol_version: String,
-                }
-                let initialized: Initialized = serde_json::from_str(result.get()).map_err(|e| {
-                    ShopError::Handshake(format!("unreadable initialize result: {e}"))
-                })?;
-                link.set_protocol_version(&initialized.protocol_version);
-                link.notify(&jsonrpc::notification("notifications/initialized", None))?;
-                (initialized.protocol_version, Era::Legacy)
-            }
-            Reply::Error(_) => (self.discover(link)?, Era::Modern),
-        };
-        let list = |params: Option<String>| {
-            let params = era::params_for_shop(shop_era, params.as_deref());
-            link.request("tools/list", params.as_deref(), self.timeout, &mut |_| {})
-        };
-
-        let mut tools = Vec::new();
-        let mut cursor: Option<String> = None;
-        // A shop that pages forever is cut off: 100 pages of tools is far beyond any real shop.
-        for _ in 0..100 {
-            let params = cursor
-                .as_ref()
-                .map(|c| format!(r#"{{"cursor":{}}}"#, jsonrpc::quote(c)));
-            let Reply::Result(result) = list(params)? else {
-                return Err(ShopError::Handshake("the shop refused tools/list".into()));
-            };
-            #[derive(serde::Deserialize)]
-            struct Page {
-                tools: Vec<Box<RawValue>>,
-                #[serde(rename = "nextCursor", default)]
-                next_cursor: Option<String>,
-            }
-            let page: Page = serde_json::from_str(result.get())
-                .map_err(|e| ShopError::Handshake(format!("unreadable tools/list result: {e}")))?;
-            tools.extend(page.tools);
-            cursor = page.next_cursor;
-            if cursor.is_none() {
-                break;
-            }
-        }
-        Ok(Handshake {
-            protocol_version,
-            era: shop_era,
-            tools,
-        })
-    }
-
-    fn discover(&self, link: &dyn Link) -> Result<String, ShopError> {
-        // Over HTTP the 2026-07-28 era repeats the version in a header on every message.
-        link.set_protocol_version(era::MODERN_VERSION);
-        let params = era::params_for_shop(Era::Modern, None);
-        let answer = link.request(
-            "server/discover",
-            params.as_deref(),
-            self.timeout,
-            &mut |_| {},
-        )?;
-        let refused =
-            || ShopError::Handshake("the shop refused both initialize and server/discover".into());
-        let Reply::Result(result) = answer else {
-            return Err(refused());
-        };
-        #[derive(serde::Deserialize)]
-        struct Discovered {
-            #[serde(rename = "supportedVersions", default)]
-            supported_versions: Vec<String>,
-        }
-        let discovered: Discovered = serde_json::from_str(result.get())
-            .map_err(|e| ShopError::Handshake(format!("unreadable server/discover result: {e}")))?;
-        if discovered
-            .supported_versions
-            .iter()
-            .any(|v| v == era::MODERN_VERSION)
-        {
-            Ok(era::MODERN_VERSION.to_owned())
-        } else {
-            Err(ShopError::Handshake(format!(
-                "the shop speaks none of the protocol versions CajaGuard knows ({:?})",
-                discovered.supported_versions
-            )))
-        }
-    }
 }
 
 impl Drop for Shop {
@@ -530,6 +307,15 @@ fn answer_to_shop_request(method: &str, id: &RawValue) -> String {
             "not offered through CajaGuard",
         )
     }
+}
+
+/// Name-value pairs (environment variables, HTTP headers) as `Debug` may show them: the names,
+/// each value `<redacted>`, since any of them may be a credential.
+fn names_only(pairs: &[(String, String)]) -> Vec<(&str, &'static str)> {
+    pairs
+        .iter()
+        .map(|(name, _)| (name.as_str(), "<redacted>"))
+        .collect()
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

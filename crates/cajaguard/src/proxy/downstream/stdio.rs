@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 use cajaguard_core::policy::{self, StdioDownstream};
 use serde_json::value::RawValue;
 
-use super::super::jsonrpc::{self, Envelope, Line};
-use super::{Done, Link, NotificationSink, Reply, ShopError, lock};
+use super::{Done, Link, NotificationSink, Reply, ShopError, lock, names_only};
+use cajaguard_wire::jsonrpc::{self, Envelope, Line};
 
-/// How to start the shop, resolved from the policy.
-#[derive(Debug, Clone)]
+/// How to start the shop, resolved from the policy. `env` may hold the shop's credentials, so its
+/// `Debug` shows the variables' names only.
+#[derive(Clone)]
 pub struct Launch {
     pub program: PathBuf,
     pub args: Vec<String>,
@@ -49,6 +50,17 @@ impl Launch {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         })
+    }
+}
+
+impl std::fmt::Debug for Launch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launch")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("cwd", &self.cwd)
+            .field("env", &names_only(&self.env))
+            .finish()
     }
 }
 
@@ -377,6 +389,22 @@ fn clone_error(e: &ShopError) -> ShopError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_names_the_environment_but_shows_no_value() {
+        let launch = Launch {
+            program: PathBuf::from("/usr/bin/shop"),
+            args: vec!["--stdio".into()],
+            cwd: PathBuf::from("/"),
+            env: vec![("SHOP_API_KEY".into(), "sk_live_0123456789".into())],
+        };
+        let shown = format!("{launch:?}");
+        assert!(
+            shown.contains("SHOP_API_KEY") && shown.contains("--stdio"),
+            "{shown}"
+        );
+        assert!(!shown.contains("sk_live_0123456789"), "{shown}");
+    }
 
     #[test]
     fn bare_command_is_found_beside_the_executable_first() {

@@ -3,7 +3,7 @@
 use cajaguard_core::approval::RequestId;
 use cajaguard_core::passkey::RegisteredPasskey;
 
-use super::PgTx;
+use super::transaction::PgTx;
 use crate::store::StoreError;
 use crate::store::passkeys::{
     LinkRow, PasskeyRow, PasskeyTx, algorithm, algorithm_name, created, unhex,

@@ -5,8 +5,8 @@
 
 use serde_json::value::RawValue;
 
-use super::jsonrpc;
-use super::rawjson::RawObject;
+use crate::jsonrpc;
+use crate::rawjson::RawObject;
 
 pub const MODERN_VERSION: &str = "2026-07-28";
 /// Versions answered to `initialize`, newest first.
@@ -127,10 +127,10 @@ pub fn modern_result(result: &str, kind: ResultKind) -> String {
 }
 
 /// The answer to `server/discover`: CajaGuard speaks 2026-07-28 to agents that ask for it.
-pub fn discover_result(server_info: &str) -> String {
+pub fn discover_result(server_info: &str, instructions: &str) -> String {
     format!(
         r#"{{"supportedVersions":["{MODERN_VERSION}"],"capabilities":{{"tools":{{}}}},"instructions":{},"resultType":"complete","ttlMs":0,"cacheScope":"private","_meta":{{"io.modelcontextprotocol/serverInfo":{server_info}}}}}"#,
-        jsonrpc::quote(super::INSTRUCTIONS)
+        jsonrpc::quote(instructions)
     )
 }
 
@@ -181,6 +181,8 @@ pub fn params_for_shop(era: Era, params: Option<&str>) -> Option<String> {
     }
 }
 
+/// How CajaGuard names itself to a shop. The version is this crate's, which is the workspace's,
+/// so the same as the `cajaguard` binary's.
 pub fn client_info() -> String {
     format!(
         r#"{{"name":"cajaguard","version":"{}"}}"#,

@@ -6,8 +6,6 @@
 //! set `search_path`, and dropped when the test ends — or its own database, for tests that make
 //! the database unavailable.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const ENV: &str = "CAJAGUARD_TEST_POSTGRES_URL";
@@ -166,6 +164,17 @@ impl Drop for Database {
                 "DROP DATABASE IF EXISTS {} WITH (FORCE)",
                 self.name
             ));
+        }
+    }
+}
+
+/// A fresh schema when a server is configured; else `None`, after a notice naming `test`.
+pub fn schema_or_notice(test: &str) -> Option<Schema> {
+    match base_url() {
+        Some(base) => Some(Schema::create(&base)),
+        None => {
+            notice(test);
+            None
         }
     }
 }

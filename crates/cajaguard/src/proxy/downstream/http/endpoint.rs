@@ -1,0 +1,190 @@
+//! Where the shop is and how to authenticate: the URL, the extra headers and the bearer token read
+//! from the environment once at start, and the HTTP client configured for MCP.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use cajaguard_core::policy::HttpDownstream;
+use ureq::http::HeaderValue;
+use zeroize::Zeroize;
+
+use super::super::{ShopError, names_only};
+use super::ACCEPT;
+
+/// The `Authorization` header value, wiped when dropped. Deliberately without `Debug` or
+/// `Display`: it cannot end up in a log line or an error by accident.
+struct BearerToken {
+    header: String,
+}
+
+impl BearerToken {
+    fn header_value(&self) -> Option<HeaderValue> {
+        let mut value = HeaderValue::from_str(&self.header).ok()?;
+        // Hidden from the http crate's Debug output. The copy in the header itself cannot be
+        // wiped (it lives in the HTTP client's buffers until they are reused).
+        value.set_sensitive(true);
+        Some(value)
+    }
+}
+
+impl Drop for BearerToken {
+    fn drop(&mut self) {
+        self.header.zeroize();
+    }
+}
+
+/// Where the shop is and how to authenticate, resolved once at start.
+pub struct Endpoint {
+    pub(super) url: String,
+    /// The URL without its query, for messages.
+    pub(super) shown: String,
+    /// The variable the token came from, and the token.
+    token: Option<(String, BearerToken)>,
+    /// `downstream.headers`: their values may be credentials too (`X-Api-Key`).
+    pub(super) headers: Vec<(String, String)>,
+    pub(super) agent: ureq::Agent,
+}
+
+impl Endpoint {
+    /// Reads the bearer token from the environment (`env` is injected for tests). A variable that
+    /// is named but unset is an error now, not at the first call.
+    pub fn from_policy(
+        http: &HttpDownstream,
+        env: impl Fn(&str) -> Option<OsString>,
+    ) -> Result<Endpoint, ShopError> {
+        let token = match &http.bearer_token_env {
+            None => None,
+            Some(var) => {
+                let Some(mut raw) = env(var).filter(|v| !v.is_empty()) else {
+                    return Err(ShopError::MissingToken(var.clone()));
+                };
+                let text = raw.to_str().map(str::to_owned);
+                raw.clear();
+                let Some(mut text) = text else {
+                    return Err(ShopError::BadToken(var.clone()));
+                };
+                let token = BearerToken {
+                    header: format!("Bearer {text}"),
+                };
+                let printable = text.bytes().all(|b| (0x21..0x7f).contains(&b));
+                text.zeroize();
+                if !printable || token.header_value().is_none() {
+                    return Err(ShopError::BadToken(var.clone()));
+                }
+                Some((var.clone(), token))
+            }
+        };
+        let loopback = match http.url.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            _ => false,
+        };
+        let config = ureq::Agent::config_builder()
+            // Statuses are MCP signals here (404 session gone, 401 token, 429 slow down).
+            .http_status_as_error(false)
+            // A redirect would carry the payment call and the token somewhere the config does not name.
+            .max_redirects(0)
+            .user_agent(format!("cajaguard/{}", env!("CARGO_PKG_VERSION")))
+            .accept(ACCEPT)
+            .max_idle_age(Duration::from_secs(30));
+        // A loopback endpoint is never reached through a proxy from the environment.
+        let config = if loopback { config.proxy(None) } else { config };
+        let mut shown = http.url.clone();
+        shown.set_query(None);
+        Ok(Endpoint {
+            url: http.url.to_string(),
+            shown: shown.to_string(),
+            token,
+            headers: http
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            agent: config.build().new_agent(),
+        })
+    }
+
+    pub(super) fn token_var(&self) -> Option<String> {
+        self.token.as_ref().map(|(var, _)| var.clone())
+    }
+
+    /// The `Authorization` header to send, if the config names a token.
+    pub(super) fn authorization(&self) -> Option<HeaderValue> {
+        self.token
+            .as_ref()
+            .and_then(|(_, token)| token.header_value())
+    }
+}
+
+/// Names the variable and the header names, never a value: a header such as `X-Api-Key` holds a
+/// credential as surely as the token does.
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("url", &self.shown)
+            .field("bearer_token_env", &self.token_var())
+            .field("headers", &names_only(&self.headers))
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn downstream(var: Option<&str>) -> HttpDownstream {
+        HttpDownstream {
+            url: url::Url::parse("http://127.0.0.1:9/mcp?k=v").unwrap(),
+            bearer_token_env: var.map(str::to_owned),
+            headers: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_token_comes_from_the_environment_and_never_shows() {
+        let err = Endpoint::from_policy(&downstream(Some("SHOP_TOKEN")), |_| None)
+            .err()
+            .unwrap();
+        assert!(matches!(err, ShopError::MissingToken(_)));
+        assert!(err.to_string().contains("$SHOP_TOKEN"), "{err}");
+        let secret = "shpat_0123456789abcdef";
+        let bad = format!("{secret}\n");
+        let err = Endpoint::from_policy(&downstream(Some("SHOP_TOKEN")), |_| {
+            Some(bad.clone().into())
+        })
+        .err()
+        .unwrap();
+        assert!(matches!(err, ShopError::BadToken(_)));
+        assert!(!err.to_string().contains(secret), "{err}");
+        let endpoint =
+            Endpoint::from_policy(&downstream(Some("SHOP_TOKEN")), |_| Some(secret.into()))
+                .unwrap();
+        assert_eq!(endpoint.shown, "http://127.0.0.1:9/mcp");
+        let header = endpoint.authorization().unwrap();
+        assert!(!format!("{header:?}").contains(secret));
+        let refused = ShopError::Unauthorized {
+            status: 401,
+            var: endpoint.token_var(),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "the shop refused the token in $SHOP_TOKEN (401): check it (and that it may use the UCP MCP endpoint)"
+        );
+    }
+
+    #[test]
+    fn debug_names_headers_and_the_variable_but_shows_no_value() {
+        let mut http = downstream(Some("SHOP_TOKEN"));
+        http.headers
+            .insert("X-Api-Key".into(), "key_live_0123456789".into());
+        let endpoint = Endpoint::from_policy(&http, |_| Some("shpat_secret_token".into())).unwrap();
+        let shown = format!("{endpoint:?}");
+        assert!(
+            shown.contains("X-Api-Key") && shown.contains("SHOP_TOKEN"),
+            "{shown}"
+        );
+        assert!(!shown.contains("key_live_0123456789"), "{shown}");
+        assert!(!shown.contains("shpat_secret_token"), "{shown}");
+        assert!(!shown.contains("k=v"), "the query is not shown: {shown}");
+    }
+}

@@ -1,0 +1,410 @@
+//! What a transaction says to PostgreSQL: [`Tx`] in SQL (`transaction.rs` runs it).
+
+use std::collections::BTreeMap;
+
+use cajaguard_core::approval::{ApprovalDocument, RequestId};
+use cajaguard_core::effect::PendingRequest;
+
+use super::transaction::PgTx;
+use crate::store::tx::{ClaimRow, LedgerRow, ReleasedBy, Reservation, State, Tx};
+use crate::store::{
+    AuditEvent, AuditRecord, InFlight, PendingRow, StoreError, WindowSpend, audit, micros, pending,
+};
+
+/// The gate's window sum: a range scan of the `spend_buckets` primary key, never the ledger.
+pub(super) const WINDOW_SUM: &str = "SELECT COALESCE(SUM(settled + in_flight), 0)::BIGINT FROM spend_buckets WHERE currency = $1 AND hour >= $2";
+
+impl Tx for PgTx<'_, '_> {
+    fn lock_currency(&mut self, currency: &str) -> Result<(), StoreError> {
+        // ON CONFLICT DO UPDATE locks the existing row (or the one just inserted) until commit.
+        self.execute(
+            "INSERT INTO currency_locks (currency) VALUES ($1)
+             ON CONFLICT (currency) DO UPDATE SET currency = excluded.currency",
+            &[&currency],
+        )?;
+        Ok(())
+    }
+
+    fn bucket_sum(&mut self, currency: &str, from_hour: i64) -> Result<i64, StoreError> {
+        let row = self.query_opt(WINDOW_SUM, &[&currency, &from_hour])?;
+        match row {
+            Some(row) => self.get(&row, 0),
+            None => Ok(0),
+        }
+    }
+
+    fn ledger_row(&mut self, checkout_id: &str) -> Result<Option<LedgerRow>, StoreError> {
+        let Some(row) = self.query_opt(
+            "SELECT idempotency_key, currency, reserved, charged, state, hour, digest, reserved_at,
+                    COALESCE(released_by = 'reconcile', FALSE) FROM ledger
+             WHERE checkout_id = $1 FOR UPDATE",
+            &[&checkout_id],
+        )?
+        else {
+            return Ok(None);
+        };
+        let state: String = self.get(&row, 4)?;
+        Ok(Some(LedgerRow {
+            idempotency_key: self.get(&row, 0)?,
+            currency: self.get(&row, 1)?,
+            reserved: self.get(&row, 2)?,
+            charged: self.get(&row, 3)?,
+            state: State::parse(&state)?,
+            hour: self.get(&row, 5)?,
+            digest: self.get(&row, 6)?,
+            reserved_at_us: self.get(&row, 7)?,
+            revisit: self.get(&row, 8)?,
+        }))
+    }
+
+    fn bump(
+        &mut self,
+        currency: &str,
+        hour: i64,
+        settled: i64,
+        in_flight: i64,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO spend_buckets (currency, hour, settled, in_flight) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (currency, hour) DO UPDATE SET settled = spend_buckets.settled + excluded.settled,
+                                                        in_flight = spend_buckets.in_flight + excluded.in_flight",
+            &[&currency, &hour, &settled, &in_flight],
+        )?;
+        Ok(())
+    }
+
+    fn put_reservation(
+        &mut self,
+        r: &Reservation<'_>,
+        hour: i64,
+        at_us: i64,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO ledger
+                 (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at, digest, released_by, agent_profile)
+             VALUES ($1, $2, $3, $4, $5, NULL, 'in_flight', $6, $7, NULL, $8,
+                     CASE WHEN $9 THEN 'reconcile' END, $10)
+             ON CONFLICT (checkout_id) DO UPDATE SET
+                 idempotency_key = excluded.idempotency_key, merchant = excluded.merchant,
+                 currency = excluded.currency, reserved = excluded.reserved, charged = NULL,
+                 state = 'in_flight', hour = excluded.hour, reserved_at = excluded.reserved_at,
+                 settled_at = NULL, digest = excluded.digest, released_by = excluded.released_by,
+                 agent_profile = excluded.agent_profile",
+            &[
+                &r.checkout_id,
+                &r.idempotency_key,
+                &r.merchant,
+                &r.currency,
+                &r.total,
+                &hour,
+                &at_us,
+                &r.digest,
+                &r.revisit,
+                &r.agent_profile,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn mark_settled(
+        &mut self,
+        checkout_id: &str,
+        charged: i64,
+        currency: &str,
+        at_us: i64,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "UPDATE ledger SET state = 'settled', charged = $2, currency = $3, settled_at = $4 WHERE checkout_id = $1",
+            &[&checkout_id, &charged, &currency, &at_us],
+        )?;
+        Ok(())
+    }
+
+    fn mark_released(
+        &mut self,
+        checkout_id: &str,
+        at_us: i64,
+        by: ReleasedBy,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "UPDATE ledger SET state = 'released', settled_at = $2,
+                 released_by = CASE WHEN released_by = 'reconcile' THEN 'reconcile' ELSE $3 END
+             WHERE checkout_id = $1",
+            &[&checkout_id, &at_us, &by.as_str()],
+        )?;
+        Ok(())
+    }
+
+    fn released_by_reconcile(&mut self, from_us: i64) -> Result<Vec<InFlight>, StoreError> {
+        self.in_flight_rows(
+            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
+             WHERE state = 'released' AND released_by = 'reconcile' AND reserved_at >= $1
+             ORDER BY reserved_at",
+            &[&from_us],
+        )
+    }
+
+    fn lock_checkout(&mut self, checkout_id: &str) -> Result<(), StoreError> {
+        // A row lock cannot lock a claim that does not exist yet; an advisory lock on the id's
+        // hash serializes every claim, lease, gate and settlement of one checkout across hosts
+        // (another checkout sharing the hash only waits a moment more).
+        self.execute(
+            "SELECT pg_advisory_xact_lock(1667720039, hashtext($1))",
+            &[&checkout_id],
+        )?;
+        Ok(())
+    }
+
+    fn claim_get(&mut self, checkout_id: &str) -> Result<Option<ClaimRow>, StoreError> {
+        let Some(row) = self.query_opt(
+            "SELECT idempotency_key, claimed_at FROM claims WHERE checkout_id = $1",
+            &[&checkout_id],
+        )?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(ClaimRow {
+            idempotency_key: self.get(&row, 0)?,
+            claimed_at_us: self.get(&row, 1)?,
+        }))
+    }
+
+    fn claim_put(
+        &mut self,
+        checkout_id: &str,
+        idempotency_key: &str,
+        at_us: i64,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO claims (checkout_id, idempotency_key, claimed_at) VALUES ($1, $2, $3)
+             ON CONFLICT (checkout_id) DO UPDATE SET idempotency_key = excluded.idempotency_key,
+                                                     claimed_at = excluded.claimed_at",
+            &[&checkout_id, &idempotency_key, &at_us],
+        )?;
+        Ok(())
+    }
+
+    fn claim_delete(&mut self, checkout_id: &str) -> Result<(), StoreError> {
+        self.execute("DELETE FROM claims WHERE checkout_id = $1", &[&checkout_id])?;
+        Ok(())
+    }
+
+    fn lease_live(&mut self, checkout_id: &str, now_us: i64) -> Result<bool, StoreError> {
+        Ok(self
+            .query_opt(
+                "SELECT 1 FROM update_leases WHERE checkout_id = $1 AND expires_at > $2 LIMIT 1",
+                &[&checkout_id, &now_us],
+            )?
+            .is_some())
+    }
+
+    fn lease_put(
+        &mut self,
+        lease_id: &str,
+        checkout_id: &str,
+        expires_us: i64,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO update_leases (lease_id, checkout_id, expires_at) VALUES ($1, $2, $3)",
+            &[&lease_id, &checkout_id, &expires_us],
+        )?;
+        Ok(())
+    }
+
+    fn lease_delete(&mut self, lease_id: &str) -> Result<(), StoreError> {
+        self.execute(
+            "DELETE FROM update_leases WHERE lease_id = $1",
+            &[&lease_id],
+        )?;
+        Ok(())
+    }
+
+    fn frozen(&mut self) -> Result<Option<(i64, String)>, StoreError> {
+        let Some(row) = self.query_opt(
+            "SELECT frozen_at, reason FROM payment_freeze WHERE id = 1",
+            &[],
+        )?
+        else {
+            return Ok(None);
+        };
+        Ok(Some((self.get(&row, 0)?, self.get(&row, 1)?)))
+    }
+
+    fn freeze_put(&mut self, at_us: i64, reason: &str) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO payment_freeze (id, frozen_at, reason) VALUES (1, $1, $2)
+             ON CONFLICT (id) DO UPDATE SET reason = substr(payment_freeze.reason || '; ' || excluded.reason, 1, 2000)",
+            &[&at_us, &reason],
+        )?;
+        Ok(())
+    }
+
+    fn freeze_delete(&mut self) -> Result<(), StoreError> {
+        self.execute("DELETE FROM payment_freeze WHERE id = 1", &[])?;
+        Ok(())
+    }
+
+    fn touch_reservation(&mut self, checkout_id: &str, at_us: i64) -> Result<(), StoreError> {
+        self.execute(
+            "UPDATE ledger SET reserved_at = $2 WHERE checkout_id = $1",
+            &[&checkout_id, &at_us],
+        )?;
+        Ok(())
+    }
+
+    fn window_spend(
+        &mut self,
+        from_hour: i64,
+    ) -> Result<BTreeMap<String, WindowSpend>, StoreError> {
+        let rows = self.query(
+            "SELECT currency, SUM(settled)::BIGINT, SUM(in_flight)::BIGINT FROM spend_buckets
+             WHERE hour >= $1 GROUP BY currency",
+            &[&from_hour],
+        )?;
+        let mut out = BTreeMap::new();
+        for row in &rows {
+            out.insert(
+                self.get(row, 0)?,
+                WindowSpend {
+                    settled: self.get(row, 1)?,
+                    in_flight: self.get(row, 2)?,
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    fn in_flight_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError> {
+        Ok(self
+            .in_flight_rows(
+                "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
+                 WHERE checkout_id = $1 AND state = 'in_flight'",
+                &[&checkout_id],
+            )?
+            .pop())
+    }
+
+    fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError> {
+        self.in_flight_rows(
+            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
+             WHERE state = 'in_flight' ORDER BY reserved_at",
+            &[],
+        )
+    }
+
+    fn approval_documents(&mut self, id: &RequestId) -> Result<Vec<ApprovalDocument>, StoreError> {
+        let rows = self.query(
+            "SELECT nonce, document FROM approvals WHERE request_id = $1 ORDER BY filed_at, nonce",
+            &[&id.as_str()],
+        )?;
+        let mut docs = Vec::new();
+        for row in &rows {
+            let nonce: String = self.get(row, 0)?;
+            let text: String = self.get(row, 1)?;
+            // As with a broken file: skipped, never a reason for the gate to fail or to pass.
+            match ApprovalDocument::from_json(&text) {
+                Ok(doc) => docs.push(doc),
+                Err(e) => tracing::warn!(request_id = id.as_str(), nonce, error = %e,
+                    "skipping a stored approval that does not parse"),
+            }
+        }
+        Ok(docs)
+    }
+
+    fn is_used(&mut self, nonce: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .query_opt("SELECT 1 FROM used_approvals WHERE nonce = $1", &[&nonce])?
+            .is_some())
+    }
+
+    fn insert_used(
+        &mut self,
+        nonce: &str,
+        request_id: &RequestId,
+        checkout_id: &str,
+        at_us: i64,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO used_approvals (nonce, request_id, checkout_id, used_at) VALUES ($1, $2, $3, $4)",
+            &[&nonce, &request_id.as_str(), &checkout_id, &at_us],
+        )?;
+        Ok(())
+    }
+
+    fn upsert_pending(&mut self, p: &PendingRequest, at_us: i64) -> Result<(), StoreError> {
+        let handler_ids = pending::handler_ids_json(p)?;
+        self.execute(
+            "INSERT INTO pending (request_id, digest, merchant, checkout_id, currency, total, handler_ids, state, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $8)
+             ON CONFLICT (request_id) DO UPDATE SET
+                 digest = excluded.digest, merchant = excluded.merchant, checkout_id = excluded.checkout_id,
+                 currency = excluded.currency, total = excluded.total, handler_ids = excluded.handler_ids,
+                 state = 'pending', updated_at = excluded.updated_at",
+            &[
+                &p.request_id.as_str(),
+                &p.digest.to_hex(),
+                &p.merchant,
+                &p.checkout_id,
+                &p.currency,
+                &p.total,
+                &handler_ids,
+                &at_us,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn mark_pending_used(&mut self, id: &RequestId) -> Result<(), StoreError> {
+        self.execute(
+            "UPDATE pending SET state = 'used' WHERE request_id = $1",
+            &[&id.as_str()],
+        )?;
+        Ok(())
+    }
+
+    fn pending_list(&mut self) -> Result<Vec<PendingRow>, StoreError> {
+        let rows = self.query(
+            "SELECT request_id, digest, merchant, checkout_id, currency, total, handler_ids, created_at
+             FROM pending WHERE state = 'pending' ORDER BY created_at, request_id",
+            &[],
+        )?;
+        rows.iter()
+            .map(|row| pending::decode(self.pending_raw(row)?))
+            .collect()
+    }
+
+    fn pending_get(&mut self, id: &RequestId) -> Result<Option<PendingRow>, StoreError> {
+        let row = self.query_opt(
+            "SELECT request_id, digest, merchant, checkout_id, currency, total, handler_ids, created_at
+             FROM pending WHERE request_id = $1",
+            &[&id.as_str()],
+        )?;
+        row.map(|row| pending::decode(self.pending_raw(&row)?))
+            .transpose()
+    }
+
+    fn insert_audit(&mut self, event: AuditEvent, r: &AuditRecord) -> Result<(), StoreError> {
+        let (at, latency_us) = audit::columns(r)?;
+        self.execute(
+            "INSERT INTO audit (at, at_us, tool, verdict, reason, merchant, currency, total, request_id,
+                                idempotency_key, checkout_id, latency_us, note)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+            &[
+                &at,
+                &micros(r.at),
+                &r.tool,
+                &event.verdict(),
+                &event.reason(),
+                &r.merchant,
+                &r.currency,
+                &r.total,
+                &r.request_id,
+                &r.idempotency_key,
+                &r.checkout_id,
+                &latency_us,
+                &r.note,
+            ],
+        )?;
+        Ok(())
+    }
+}
