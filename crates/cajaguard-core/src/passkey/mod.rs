@@ -28,6 +28,7 @@ pub mod assertion;
 mod authdata;
 mod client_data;
 mod cose;
+pub mod enrol;
 pub mod registration;
 pub mod unfreeze;
 
@@ -41,6 +42,7 @@ pub use approval::{
 };
 pub use assertion::{BrowserAssertion, PasskeyAssertion};
 pub use cose::Algorithm;
+pub use enrol::{PasskeyEnrolTerms, VerifiedPasskeyEnrolment, verify_passkey_enrolment};
 pub use registration::{
     PasskeyRegistry, RegisteredPasskey, RegistrationResponse, verify_registration,
 };

@@ -3,6 +3,7 @@
 
 mod approval;
 mod canonical;
+mod enrol;
 mod registration;
 mod third_party;
 mod unfreeze;
