@@ -323,13 +323,31 @@ fn blocked_key(w: &World) -> RequestId {
 }
 
 #[test]
-fn a_second_registration_is_not_trusted_on_first_use() {
+fn a_second_passkey_must_be_approved_by_a_registered_one() {
     let w = world();
-    assert_eq!(register(&w, &SoftAuthenticator::es256()).status, 200);
-    let page = get(&w, &link(&w, "phone"));
-    assert_eq!(page.status, 200);
-    assert!(!page.body.contains("cg-data"), "no ceremony is offered");
+    let mut first = SoftAuthenticator::es256();
+    assert_eq!(register(&w, &first).status, 200);
+
+    // The new passkey verifies, but is not kept until a registered one approves it.
+    let mut second = SoftAuthenticator::eddsa();
+    let r = register(&w, &second);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let answer = json_of(&r);
+    assert_eq!(answer["ok"], false);
+    assert_eq!(w.store.passkeys().unwrap().len(), 1, "not trusted on first use");
+    let page = json!({ "ceremonies": { "enrol": answer["approve"].clone() } });
+
+    // The new passkey cannot approve itself.
+    let r = post(&w, "/passkeys/enrol", &assertion(&mut second, &page, "enrol"));
+    assert_eq!(r.status, 403, "{}", r.body);
     assert_eq!(w.store.passkeys().unwrap().len(), 1);
+
+    // Approved by the first (a fresh ceremony: the refused one was used up).
+    let r = register(&w, &second);
+    let page = json!({ "ceremonies": { "enrol": json_of(&r)["approve"].clone() } });
+    let r = post(&w, "/passkeys/enrol", &assertion(&mut first, &page, "enrol"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(w.store.passkeys().unwrap().len(), 2);
 }
 
 #[test]

@@ -67,9 +67,25 @@ const SCRIPT: &str = r#"
   const dec = (s) => Uint8Array.from(atob(s.replace(/-/g, '+').replace(/_/g, '/')), (c) => c.charCodeAt(0));
   const say = (text, ok) => { msg.textContent = text; msg.className = ok ? 'ok' : 'bad'; };
   const buttons = () => document.querySelectorAll('button[data-ceremony]');
-  const post = async (nonce, credential) => {
-    const r = await fetch(D.post, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ nonce, credential }), credentials: 'same-origin' });
+  const assertFor = async (c) => {
+    const cred = await navigator.credentials.get({ publicKey: {
+      challenge: dec(c.challenge), rpId: D.rpId, userVerification: 'required',
+      allowCredentials: D.allow.map((id) => ({ type: 'public-key', id: dec(id) })),
+      timeout: 120000 } });
+    return { id: enc(cred.rawId), type: cred.type, response: {
+      clientDataJSON: enc(cred.response.clientDataJSON),
+      authenticatorData: enc(cred.response.authenticatorData),
+      signature: enc(cred.response.signature) } };
+  };
+  const post = async (nonce, credential, url) => {
+    const r = await fetch(url || D.post, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ nonce, credential }), credentials: 'same-origin' });
     const answer = await r.json();
+    if (answer.approve) {
+      // A later passkey: a registered one approves it, with the server's challenge.
+      say(answer.message, true);
+      await post(answer.approve.nonce, await assertFor(answer.approve), answer.approve.post);
+      return;
+    }
     say(answer.message, answer.ok);
     if (answer.ok) { document.body.dataset.done = 'ok'; }
     else { document.body.dataset.done = 'refused'; }
@@ -91,14 +107,7 @@ const SCRIPT: &str = r#"
           clientDataJSON: enc(cred.response.clientDataJSON),
           attestationObject: enc(cred.response.attestationObject) } });
       } else {
-        const cred = await navigator.credentials.get({ publicKey: {
-          challenge: dec(c.challenge), rpId: D.rpId, userVerification: 'required',
-          allowCredentials: D.allow.map((id) => ({ type: 'public-key', id: dec(id) })),
-          timeout: 120000 } });
-        await post(c.nonce, { id: enc(cred.rawId), type: cred.type, response: {
-          clientDataJSON: enc(cred.response.clientDataJSON),
-          authenticatorData: enc(cred.response.authenticatorData),
-          signature: enc(cred.response.signature) } });
+        await post(c.nonce, await assertFor(c));
       }
     } catch (e) {
       say('The passkey did not answer (' + e.name + '): nothing changed. Reload the page to try again.', false);
@@ -341,6 +350,8 @@ pub(super) struct RegisterView<'a> {
     pub user_id: &'a [u8; 16],
     pub rp_id: &'a str,
     pub existing: &'a [PasskeyRow],
+    /// No passkey was ever registered: this one is trusted on first use.
+    pub first: bool,
 }
 
 pub(super) fn register(v: &RegisterView<'_>) -> Result<Response, Response> {
@@ -350,10 +361,15 @@ pub(super) fn register(v: &RegisterView<'_>) -> Result<Response, Response> {
     );
     let data = match v.nonce {
         Some(nonce) => {
-            body.push_str(
+            body.push_str(if v.first {
                 "<p>This is the first passkey of this CajaGuard: it is trusted on first use. \
-                 Your browser asks for your fingerprint, face, PIN or security key.</p>\
-                 <button class=\"approve\" data-ceremony=\"register\" id=\"cg-register\">Register passkey</button>",
+                 Your browser asks for your fingerprint, face, PIN or security key.</p>"
+            } else {
+                "<p>A passkey is registered already: after creating the new one, your browser asks \
+                 you to approve it with a passkey that is registered.</p>"
+            });
+            body.push_str(
+                "<button class=\"approve\" data-ceremony=\"register\" id=\"cg-register\">Register passkey</button>",
             );
             Some(json!({
                 "kind": "register",
@@ -363,14 +379,15 @@ pub(super) fn register(v: &RegisterView<'_>) -> Result<Response, Response> {
                 "challenge": b64(v.challenge),
                 "userId": b64(v.user_id),
                 "exclude": v.existing.iter().map(|p| b64(&p.passkey.credential_id)).collect::<Vec<_>>(),
+                "allow": v.existing.iter().map(|p| b64(&p.passkey.credential_id)).collect::<Vec<_>>(),
                 "ceremonies": { "register": { "nonce": nonce } },
             }))
         }
         None => {
             body.push_str(
-                "<p class=\"bad\">A passkey is registered already. A later passkey must be approved \
-                 with an existing one, which this version of the page cannot do yet; nothing was \
-                 changed.</p>",
+                "<p class=\"bad\">Every passkey of this CajaGuard was removed, so none can approve a \
+                 new one, and trust on first use does not come back. Set approvals.require to \
+                 \"key\" or \"any\" to decide with the approver key meanwhile.</p>",
             );
             None
         }

@@ -38,8 +38,8 @@ use cajaguard_core::display;
 use cajaguard_core::freeze::Frozen;
 use cajaguard_core::money::{self, Currency};
 use cajaguard_core::passkey::{
-    self, BrowserAssertion, PasskeyApproval, PasskeyApprovalTerms, PasskeyRegistry,
-    PasskeyUnfreeze, PasskeyUnfreezeTerms, RegistrationResponse, RelyingParty,
+    self, BrowserAssertion, PasskeyApproval, PasskeyApprovalTerms, PasskeyEnrolTerms,
+    PasskeyRegistry, PasskeyUnfreeze, PasskeyUnfreezeTerms, RegistrationResponse, RelyingParty,
 };
 use cajaguard_core::policy::{Policy, WebPolicy};
 use cajaguard_core::quote::Quote;
@@ -155,6 +155,12 @@ enum Ceremony {
         frozen: Frozen,
         terms: PasskeyUnfreezeTerms,
     },
+    /// A new passkey, verified, waiting for a registered one to approve it.
+    Enrol {
+        link_token: String,
+        record: passkey::RegisteredPasskey,
+        terms: PasskeyEnrolTerms,
+    },
 }
 
 struct Issued {
@@ -250,6 +256,7 @@ impl WebApp {
             ("GET", ["passkeys"]) => self.passkeys_page(),
             ("GET", ["passkeys", "register"]) => self.register_page(&req.query),
             ("POST", ["passkeys", "register"]) => Ok(self.register(&req.body)),
+            ("POST", ["passkeys", "enrol"]) => Ok(self.enrol(&req.body)),
             ("GET", ["status"]) => self.status_page(),
             ("POST", ["unfreeze"]) => Ok(self.unfreeze(&req.body)),
             (_, _) => Ok(Response::text(404, "no such page")),
@@ -515,7 +522,9 @@ impl WebApp {
         let (rows, _) = self.registry()?;
         let challenge = random::<32>()?;
         let user_id = random::<16>()?;
-        let nonce = if first {
+        // Later passkeys are approved by a registered one; with none left (all removed) nothing
+        // can approve, and trust on first use does not come back.
+        let nonce = if first || !rows.is_empty() {
             Some(self.issue(Ceremony::Register {
                 link_token: token,
                 name: name.clone(),
@@ -531,6 +540,7 @@ impl WebApp {
             user_id: &user_id,
             rp_id: self.rp.rp_id(),
             existing: &rows,
+            first,
         })
     }
 
@@ -562,9 +572,101 @@ impl WebApp {
             Err(why) => return Response::refused(403, format!("not registered: {why}")),
         };
         let now = self.now();
+        match self.store.passkey_first_use() {
+            Ok(true) => self.keep_passkey(&link_token, &record, None, now),
+            Ok(false) => {
+                // Not trusted on first use: a registered passkey must approve this very one.
+                let terms = match random::<16>() {
+                    Ok(nonce) => PasskeyEnrolTerms::new(&record, now, nonce),
+                    Err(r) => return r,
+                };
+                let challenge = terms.challenge_b64url();
+                let nonce = match self.issue(Ceremony::Enrol {
+                    link_token,
+                    record,
+                    terms,
+                }) {
+                    Ok(nonce) => nonce,
+                    Err(r) => return r,
+                };
+                Response {
+                    status: 200,
+                    content_type: "application/json",
+                    body: json!({
+                        "ok": false,
+                        "message": "now approve the new passkey with one already registered",
+                        "approve": { "nonce": nonce, "challenge": challenge, "post": "/passkeys/enrol" },
+                    })
+                    .to_string(),
+                    csp_nonce: String::new(),
+                }
+            }
+            Err(e) => Self::store_failed(&e),
+        }
+    }
+
+    /// POST `/passkeys/enrol` `{"nonce", "credential"}`: a registered passkey approves the new one.
+    fn enrol(&self, body: &[u8]) -> Response {
+        let Some((nonce, credential)) = ceremony_body(body) else {
+            return Response::refused(400, "the request is not {\"nonce\", \"credential\"}");
+        };
+        let Some(Ceremony::Enrol {
+            link_token,
+            record,
+            terms,
+        }) = self.take(&nonce)
+        else {
+            return Response::refused(
+                409,
+                "this approval of a new passkey was used or has expired: open the link again",
+            );
+        };
+        let assertion = match BrowserAssertion::from_json(&credential.to_string()) {
+            Ok(a) => a.into_assertion(),
+            Err(e) => return Response::refused(400, e.to_string()),
+        };
+        let (rows, registry) = match self.registry() {
+            Ok(found) => found,
+            Err(r) => return r,
+        };
+        let now = self.now();
+        let verified = match passkey::verify_passkey_enrolment(
+            &terms, &assertion, &registry, &self.rp, &record, now,
+        ) {
+            Ok(v) => v,
+            Err(why) => return Response::refused(403, format!("not approved: {why}")),
+        };
+        let Some(from) = rows
+            .iter()
+            .find(|r| r.passkey.credential_id == verified.approver())
+            .map(|r| r.passkey.sign_count)
+        else {
+            return Response::refused(403, "the approving passkey is no longer registered");
+        };
+        let counter = cajaguard_core::effect::PasskeyCounter {
+            credential_id: verified.approver().to_vec(),
+            from,
+            to: verified.sign_count(),
+        };
+        self.keep_passkey(&link_token, &record, Some(&counter), now)
+    }
+
+    /// Registers `record` through the link (audited), trusted on first use or approved by the
+    /// passkey whose counter moves as `approver` says.
+    fn keep_passkey(
+        &self,
+        link_token: &str,
+        record: &passkey::RegisteredPasskey,
+        approver: Option<&cajaguard_core::effect::PasskeyCounter>,
+        now: OffsetDateTime,
+    ) -> Response {
+        let how = match approver {
+            None => "trusted on first use".to_owned(),
+            Some(c) => format!("approved by passkey {}", hex::encode(&c.credential_id)),
+        };
         let audit = AuditRecord {
             note: Some(format!(
-                "passkey {} ({}, {:?}), trusted on first use",
+                "passkey {} ({}, {:?}), {how}",
                 hex::encode(&record.credential_id),
                 display::audit(&record.name),
                 record.algorithm
@@ -573,7 +675,7 @@ impl WebApp {
         };
         match self
             .store
-            .register_passkey(&link_token, &record, None, now, &audit)
+            .register_passkey(link_token, record, approver, now, &audit)
         {
             Ok(()) => Response::outcome(
                 200,
