@@ -334,18 +334,30 @@ fn a_second_passkey_must_be_approved_by_a_registered_one() {
     assert_eq!(r.status, 200, "{}", r.body);
     let answer = json_of(&r);
     assert_eq!(answer["ok"], false);
-    assert_eq!(w.store.passkeys().unwrap().len(), 1, "not trusted on first use");
+    assert_eq!(
+        w.store.passkeys().unwrap().len(),
+        1,
+        "not trusted on first use"
+    );
     let page = json!({ "ceremonies": { "enrol": answer["approve"].clone() } });
 
     // The new passkey cannot approve itself.
-    let r = post(&w, "/passkeys/enrol", &assertion(&mut second, &page, "enrol"));
+    let r = post(
+        &w,
+        "/passkeys/enrol",
+        &assertion(&mut second, &page, "enrol"),
+    );
     assert_eq!(r.status, 403, "{}", r.body);
     assert_eq!(w.store.passkeys().unwrap().len(), 1);
 
     // Approved by the first (a fresh ceremony: the refused one was used up).
     let r = register(&w, &second);
     let page = json!({ "ceremonies": { "enrol": json_of(&r)["approve"].clone() } });
-    let r = post(&w, "/passkeys/enrol", &assertion(&mut first, &page, "enrol"));
+    let r = post(
+        &w,
+        "/passkeys/enrol",
+        &assertion(&mut first, &page, "enrol"),
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(w.store.passkeys().unwrap().len(), 2);
 }
