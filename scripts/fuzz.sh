@@ -5,7 +5,7 @@
 # CI run never dirties the checkout.
 #   scripts/fuzz.sh [seconds-per-target] [target...]
 # Without targets it runs every [[bin]] of fuzz/Cargo.toml: config, tripwire, normalise (the
-# tripwire's normaliser), approval, jsonrpc.
+# tripwire's normaliser), approval, jsonrpc, display (text shown to people).
 # cargo-fuzz needs nightly flags: RUSTC_BOOTSTRAP=1 lets the stable toolchain accept them.
 set -euo pipefail
 cd "$(dirname "$0")/.."

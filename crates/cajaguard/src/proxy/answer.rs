@@ -12,7 +12,7 @@ pub enum Answer {
     /// A result object (JSON).
     Result(String),
     /// An error object the shop sent, passed on unchanged.
-    ShopError(Box<RawValue>),
+    ForwardedError(Box<RawValue>),
     /// A whole error line made by the proxy.
     ErrorLine(String),
 }

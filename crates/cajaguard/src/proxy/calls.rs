@@ -113,7 +113,7 @@ impl Proxy {
         let done: Done = Box::new(move |reply| {
             let answer = match reply {
                 Ok(Reply::Result(result)) => Answer::Result(result.get().to_owned()),
-                Ok(Reply::Error(error)) => Answer::ShopError(error),
+                Ok(Reply::Error(error)) => Answer::ForwardedError(error),
                 Err(e) => shop_failure(&e),
             };
             proxy.finish_call(&id, answer, era);

@@ -62,8 +62,8 @@ impl Proxy {
             Ok(request) => request,
             Err(ruling) => return self.refuse(&ruling, audit, started),
         };
-        audit.checkout_id = Some(super::audit_text(&request.checkout_id));
-        audit.idempotency_key = Some(super::audit_text(&request.idempotency_key));
+        audit.checkout_id = Some(cajaguard_core::display::audit(&request.checkout_id));
+        audit.idempotency_key = Some(cajaguard_core::display::audit(&request.idempotency_key));
         let agent = arguments
             .pointer("/meta/ucp-agent")
             .cloned()
@@ -81,7 +81,7 @@ impl Proxy {
             }
         };
         audit.merchant = quote.merchant.clone();
-        audit.currency = Some(super::audit_text(&quote.currency));
+        audit.currency = Some(cajaguard_core::display::audit(&quote.currency));
         audit.total = Some(quote.total);
         let digest = BasketDigest::of(&quote, &request.instruments);
         audit.request_id = Some(digest.request_id().as_str().to_owned());
@@ -267,7 +267,7 @@ impl Proxy {
             Ok(Reply::Result(result)) => {
                 Answer::Result(with_verdict(result.get(), ruling, &settlement))
             }
-            Ok(Reply::Error(error)) => Answer::ShopError(error),
+            Ok(Reply::Error(error)) => Answer::ForwardedError(error),
             Err(e) => unknown_outcome(ruling, &e),
         }
     }
@@ -326,7 +326,7 @@ impl Proxy {
         {
             self.audit_freeze(&format!(
                 "charged_differs on {}: {}",
-                super::audit_text(permit.checkout_id()),
+                cajaguard_core::display::audit(permit.checkout_id()),
                 charge.differs.join(", ")
             ));
         }
@@ -371,10 +371,10 @@ fn differs_note(charge: &Charge, quoted: i64, quoted_currency: &str) -> String {
         "the completed checkout differs from the quote in {}: charged {} minor units of {}, quoted {quoted} {quoted_currency}; payments are frozen",
         charge.differs.join(", "),
         charge.amount,
-        charge
-            .currency
-            .as_deref()
-            .map_or_else(|| quoted_currency.to_owned(), super::audit_text),
+        charge.currency.as_deref().map_or_else(
+            || quoted_currency.to_owned(),
+            cajaguard_core::display::audit
+        ),
     )
 }
 

@@ -170,7 +170,7 @@ impl Proxy {
                 jsonrpc::METHOD_NOT_FOUND,
                 &format!(
                     "{} is not offered through CajaGuard",
-                    sanitize_tool_name(method)
+                    cajaguard_core::display::name(method)
                 ),
             )),
         };
@@ -189,7 +189,7 @@ impl Proxy {
                 jsonrpc::result(id, &era::modern_result(&result, kind))
             }
             Answer::Result(result) => jsonrpc::result(id, &result),
-            Answer::ShopError(error) => jsonrpc::raw_error(id, &error),
+            Answer::ForwardedError(error) => jsonrpc::raw_error(id, &error),
             Answer::ErrorLine(line) => line,
         };
         self.send(&line);
@@ -300,7 +300,7 @@ impl Proxy {
                     Reason::ToolNotAllowed,
                     "this tool is not one of the UCP shopping tools CajaGuard passes through",
                 );
-                self.audit_refusal(&sanitize_tool_name(&call.name), &ruling);
+                self.audit_refusal(&cajaguard_core::display::name(&call.name), &ruling);
                 refusal(&ruling)
             }
         }
@@ -331,7 +331,7 @@ impl Proxy {
     fn forward(&self, id: &RawValue, params: &str) -> Answer {
         match self.shop_request(id, "tools/call", params) {
             Ok(Reply::Result(result)) => Answer::Result(result.get().to_owned()),
-            Ok(Reply::Error(error)) => Answer::ShopError(error),
+            Ok(Reply::Error(error)) => Answer::ForwardedError(error),
             Err(e) => shop_failure(&e),
         }
     }
@@ -372,57 +372,6 @@ fn server_info() -> String {
         r#"{{"name":"cajaguard","title":"CajaGuard spend gate","version":"{}"}}"#,
         env!("CARGO_PKG_VERSION")
     )
-}
-
-/// Names the agent chose (tools, methods) as they go into the audit log and error messages: at
-/// most 64 characters, printable ASCII as is and everything else as `\u{..}`. MCP tool names are
-/// ASCII, so nothing real is lost, while a control character, a bidi override, a zero-width space
-/// or a homoglyph (`сomplete_checkout` with a Cyrillic `с`) shows as what it is instead of passing
-/// for the real tool or rewriting a terminal.
-pub(crate) fn sanitize_tool_name(name: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in name.chars().enumerate() {
-        if i == 64 {
-            out.push('…');
-            break;
-        }
-        if c.is_ascii_graphic() || c == ' ' {
-            out.push(c);
-        } else {
-            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
-        }
-    }
-    out
-}
-
-/// Agent or shop text kept in the audit log (checkout ids, idempotency keys, currencies): control,
-/// bidi and invisible formatting characters written as `\u{..}`, so that reading the log in a
-/// terminal can neither run escape sequences nor show one id disguised as another. Other Unicode
-/// stays as it is. At most 256 characters.
-pub(crate) fn audit_text(text: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in text.chars().enumerate() {
-        if i == 256 {
-            out.push('…');
-            break;
-        }
-        if is_invisible(c) {
-            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// Control characters, and the format characters that change how text around them looks (bidi
-/// overrides and isolates, zero-width joiners and spaces, the BOM, variation and tag characters).
-pub(crate) fn is_invisible(c: char) -> bool {
-    c.is_control()
-        || matches!(u32::from(c),
-            0xad | 0x34f | 0x61c | 0x115f..=0x1160 | 0x17b4..=0x17b5 | 0x180b..=0x180f
-            | 0x200b..=0x200f | 0x2028..=0x202e | 0x2060..=0x206f | 0x3164 | 0xfe00..=0xfe0f
-            | 0xfeff | 0xffa0 | 0xfff0..=0xfffb | 0xe0000..=0xe0fff)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

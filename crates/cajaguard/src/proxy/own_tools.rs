@@ -3,7 +3,7 @@
 
 use cajaguard_core::approval::RequestId;
 
-use super::{Answer, Proxy, audit_text, tool_result, tools};
+use super::{Answer, Proxy, tool_result, tools};
 use crate::store::{ApprovalStatus, FrozenBy};
 
 impl Proxy {
@@ -12,7 +12,7 @@ impl Proxy {
         let reason = arguments
             .get("reason")
             .and_then(|v| v.as_str())
-            .map(audit_text)
+            .map(cajaguard_core::display::audit)
             .unwrap_or_else(|| "frozen by the agent".to_owned());
         let mut record = self.audit_record(tools::FREEZE_TOOL);
         record.note = Some(reason.clone());

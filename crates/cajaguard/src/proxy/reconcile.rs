@@ -207,10 +207,10 @@ impl Proxy {
             _ => (SettledAs::ReconciledReleased, None),
         };
         let record = AuditRecord {
-            currency: Some(super::audit_text(&row.currency)),
+            currency: Some(cajaguard_core::display::audit(&row.currency)),
             total: Some(row.total),
-            idempotency_key: Some(super::audit_text(&row.idempotency_key)),
-            checkout_id: Some(super::audit_text(&row.checkout_id)),
+            idempotency_key: Some(cajaguard_core::display::audit(&row.idempotency_key)),
+            checkout_id: Some(cajaguard_core::display::audit(&row.checkout_id)),
             note,
             ..AuditRecord::new(now, super::tools::GATED_TOOL)
         };
@@ -222,7 +222,7 @@ impl Proxy {
         {
             self.audit_freeze(&format!(
                 "charged_differs on {}: the shop charged more than reserved",
-                super::audit_text(&row.checkout_id)
+                cajaguard_core::display::audit(&row.checkout_id)
             ));
         }
     }

@@ -80,7 +80,7 @@ impl Proxy {
         }
         match reply {
             Ok(Reply::Result(result)) => Answer::Result(result.get().to_owned()),
-            Ok(Reply::Error(error)) => Answer::ShopError(error),
+            Ok(Reply::Error(error)) => Answer::ForwardedError(error),
             Err(e) => shop_failure(&e),
         }
     }
