@@ -265,6 +265,7 @@ fn a_passkey_registered_on_first_use_approves_the_day_pack_once() {
     assert_eq!(w.store.passkeys().unwrap().len(), 1);
 
     let id = blocked(&w);
+    assert!(get(&w, "/").body.contains(id.as_str()), "listed as waiting");
     let page = get(&w, &format!("/requests/{id}"));
     assert!(
         !page.body.contains('\u{202e}'),

@@ -108,9 +108,13 @@ impl WebPolicy {
     pub fn origin(&self) -> String {
         self.relying_party().origin().to_owned()
     }
-    /// The `Host` header a browser sends for [`WebPolicy::origin`]: `localhost:<port>`.
+    /// The `Host` header a browser sends for [`WebPolicy::origin`]: `localhost:<port>` (plain
+    /// `localhost` on port 80, which browsers leave out).
     pub fn host(&self) -> String {
-        format!("localhost:{}", self.port())
+        match self.port() {
+            80 => "localhost".to_owned(),
+            port => format!("localhost:{port}"),
+        }
     }
     /// The page of one pending request.
     pub fn request_url(&self, request_id: &str) -> String {

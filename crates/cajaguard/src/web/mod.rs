@@ -311,30 +311,36 @@ impl WebApp {
     }
 
     fn pending_page(&self) -> Result<Response, Response> {
-        let rows = self.store.pending().map_err(|e| Self::store_failed(&e))?;
-        let mut waiting = Vec::new();
-        for row in rows {
-            if self.decided(&row)? {
-                continue;
-            }
-            waiting.push(row);
-        }
+        // What `cajaguard pending` lists: requests without a valid decision of a counted kind.
+        let waiting = self
+            .store
+            .awaiting_decision(
+                &self.counted_keys(),
+                self.policy.approvals.passkey_relying_party().as_ref(),
+                self.now(),
+                self.policy.approvals.max_ttl,
+            )
+            .map_err(|e| Self::store_failed(&e))?;
         html::pending(&waiting, &self.policy)
+    }
+
+    /// The approver keys whose approvals count: none under `require: "passkey"`.
+    fn counted_keys(&self) -> cajaguard_core::approval::TrustedKeys {
+        if self.policy.approvals.require.accepts_key_file() {
+            crate::keys::load_trusted_keys(&self.policy.approvals.trusted_keys).unwrap_or_default()
+        } else {
+            cajaguard_core::approval::TrustedKeys::default()
+        }
     }
 
     /// Whether `row` carries a valid decision already (an approval not used yet, or a deny), of
     /// a kind the gate counts.
     fn decided(&self, row: &PendingRow) -> Result<bool, Response> {
-        let trusted = if self.policy.approvals.require.accepts_key_file() {
-            crate::keys::load_trusted_keys(&self.policy.approvals.trusted_keys).unwrap_or_default()
-        } else {
-            cajaguard_core::approval::TrustedKeys::default()
-        };
         let status = self
             .store
             .approval_status(
                 &row.request.request_id,
-                &trusted,
+                &self.counted_keys(),
                 self.policy.approvals.passkey_relying_party().as_ref(),
                 self.now(),
                 self.policy.approvals.max_ttl,
