@@ -440,30 +440,25 @@ impl WebApp {
     /// POST `/requests/<id>/decide` `{"nonce", "credential"}`: the assertion over the terms the
     /// nonce names is verified by the core and the document filed; the gate uses it once.
     fn decide(&self, id: &str, body: &[u8]) -> Response {
-        let Some((nonce, credential)) = ceremony_body(body) else {
-            return Response::refused(
-                400,
-                "the request is not {\"nonce\", \"credential\"}: use the page's buttons",
-            );
-        };
         if !self.policy.approvals.require.accepts_passkey() {
             return Response::refused(
                 409,
                 "approvals.require is \"key\": the gate counts no passkey approval; set it to \"passkey\" or \"any\"",
             );
         }
-        let Some(Ceremony::Decide { request_id, terms }) = self.take(&nonce) else {
-            return Response::refused(
-                409,
-                "this approval form was used or has expired (or was not issued by this page): reload the page and try again",
-            );
+        let (ceremony, credential) = match self.posted(body) {
+            Ok(posted) => posted,
+            Err(refused) => return refused,
+        };
+        let Ceremony::Decide { request_id, terms } = ceremony else {
+            return Response::refused(409, "the form is for another action: reload the page");
         };
         if request_id.as_str() != id {
             return Response::refused(409, "the form is for another request: reload the page");
         }
-        let assertion = match BrowserAssertion::from_json(&credential.to_string()) {
-            Ok(a) => a.into_assertion(),
-            Err(e) => return Response::refused(400, e.to_string()),
+        let assertion = match assertion_of(&credential) {
+            Ok(assertion) => assertion,
+            Err(refused) => return refused,
         };
         let document = PasskeyApproval { terms, assertion };
         let registry = match self.registry() {
@@ -552,22 +547,17 @@ impl WebApp {
 
     /// POST `/passkeys/register` `{"nonce", "credential"}`.
     fn register(&self, body: &[u8]) -> Response {
-        let Some((nonce, credential)) = ceremony_body(body) else {
-            return Response::refused(
-                400,
-                "the request is not {\"nonce\", \"credential\"}: use the page's button",
-            );
+        let (ceremony, credential) = match self.posted(body) {
+            Ok(posted) => posted,
+            Err(refused) => return refused,
         };
-        let Some(Ceremony::Register {
+        let Ceremony::Register {
             link_token,
             name,
             challenge,
-        }) = self.take(&nonce)
+        } = ceremony
         else {
-            return Response::refused(
-                409,
-                "this registration form was used or has expired: open the link again, or run `cajaguard passkey add` again",
-            );
+            return Response::refused(409, "the form is for another action: reload the page");
         };
         let response = match RegistrationResponse::from_json(&credential.to_string()) {
             Ok(r) => r,
@@ -613,23 +603,21 @@ impl WebApp {
 
     /// POST `/passkeys/enrol` `{"nonce", "credential"}`: a registered passkey approves the new one.
     fn enrol(&self, body: &[u8]) -> Response {
-        let Some((nonce, credential)) = ceremony_body(body) else {
-            return Response::refused(400, "the request is not {\"nonce\", \"credential\"}");
+        let (ceremony, credential) = match self.posted(body) {
+            Ok(posted) => posted,
+            Err(refused) => return refused,
         };
-        let Some(Ceremony::Enrol {
+        let Ceremony::Enrol {
             link_token,
             record,
             terms,
-        }) = self.take(&nonce)
+        } = ceremony
         else {
-            return Response::refused(
-                409,
-                "this approval of a new passkey was used or has expired: open the link again",
-            );
+            return Response::refused(409, "the form is for another action: reload the page");
         };
-        let assertion = match BrowserAssertion::from_json(&credential.to_string()) {
-            Ok(a) => a.into_assertion(),
-            Err(e) => return Response::refused(400, e.to_string()),
+        let assertion = match assertion_of(&credential) {
+            Ok(assertion) => assertion,
+            Err(refused) => return refused,
         };
         let (rows, registry) = match self.registry() {
             Ok(found) => found,
@@ -730,21 +718,16 @@ impl WebApp {
 
     /// POST `/unfreeze` `{"nonce", "credential"}`: lifts the very freeze the page showed.
     fn unfreeze(&self, body: &[u8]) -> Response {
-        let Some((nonce, credential)) = ceremony_body(body) else {
-            return Response::refused(
-                400,
-                "the request is not {\"nonce\", \"credential\"}: use the page's button",
-            );
+        let (ceremony, credential) = match self.posted(body) {
+            Ok(posted) => posted,
+            Err(refused) => return refused,
         };
-        let Some(Ceremony::Unfreeze { frozen, terms }) = self.take(&nonce) else {
-            return Response::refused(
-                409,
-                "this unfreeze form was used or has expired: reload the status page and try again",
-            );
+        let Ceremony::Unfreeze { frozen, terms } = ceremony else {
+            return Response::refused(409, "the form is for another action: reload the page");
         };
-        let assertion = match BrowserAssertion::from_json(&credential.to_string()) {
-            Ok(a) => a.into_assertion(),
-            Err(e) => return Response::refused(400, e.to_string()),
+        let assertion = match assertion_of(&credential) {
+            Ok(assertion) => assertion,
+            Err(refused) => return refused,
         };
         let (rows, registry) = match self.registry() {
             Ok(found) => found,
@@ -780,6 +763,32 @@ impl WebApp {
             Err(e) => Self::store_failed(&e),
         }
     }
+}
+
+impl WebApp {
+    /// The ceremony a POST names, taken (once, whatever follows), and its WebAuthn response.
+    fn posted(&self, body: &[u8]) -> Result<(Ceremony, Value), Response> {
+        let Some((nonce, credential)) = ceremony_body(body) else {
+            return Err(Response::refused(
+                400,
+                "the request is not {\"nonce\", \"credential\"}: use the page's buttons",
+            ));
+        };
+        match self.take(&nonce) {
+            Some(ceremony) => Ok((ceremony, credential)),
+            None => Err(Response::refused(
+                409,
+                "this form was used, has expired (5 minutes) or was not issued by this page: reload the page and try again",
+            )),
+        }
+    }
+}
+
+/// A `navigator.credentials.get` answer as the page posts it.
+fn assertion_of(credential: &Value) -> Result<passkey::PasskeyAssertion, Response> {
+    BrowserAssertion::from_json(&credential.to_string())
+        .map(BrowserAssertion::into_assertion)
+        .map_err(|e| Response::refused(400, e.to_string()))
 }
 
 /// `{"nonce": "<hex>", "credential": {...}}`, or `None`.
