@@ -95,6 +95,7 @@ impl Proxy {
             }
         };
         let Some(permit) = permit else {
+            self.elicit(&ruling);
             return refusal(&ruling);
         };
         self.pay(id, params, permit, &ruling, &quote, &agent, &audit, started)

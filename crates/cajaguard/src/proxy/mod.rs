@@ -18,6 +18,7 @@ mod calls;
 pub mod checkout;
 mod complete;
 mod downstream;
+mod elicit;
 mod own_tools;
 mod reconcile;
 mod tools;
@@ -73,6 +74,8 @@ pub struct Proxy {
     out: Sink,
     calls: Mutex<HashMap<String, CallState>>,
     calls_in_flight: AtomicUsize,
+    /// URL-mode elicitation (SPEC §6): what the client declared, and the requests sent already.
+    elicitation: elicit::Elicitation,
 }
 
 impl Proxy {
@@ -102,6 +105,7 @@ impl Proxy {
             out,
             calls: Mutex::new(HashMap::new()),
             calls_in_flight: AtomicUsize::new(0),
+            elicitation: elicit::Elicitation::default(),
         });
         // Reservations a crash or a silent shop left in flight (SPEC §4.13).
         proxy.spawn_reconciler();
@@ -201,6 +205,7 @@ impl Proxy {
             #[serde(rename = "protocolVersion")]
             protocol_version: Option<String>,
         }
+        self.elicitation.declare(params);
         let requested = params
             .and_then(|p| serde_json::from_str::<Requested>(p.get()).ok())
             .and_then(|r| r.protocol_version);
