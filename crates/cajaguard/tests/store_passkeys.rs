@@ -201,6 +201,38 @@ fn an_unfreeze_by_passkey_names_the_freeze_and_moves_the_counter_once(kind: Kind
     ));
 }
 
+fn recent_decisions_are_the_gates_newest_first(kind: Kind) {
+    let Some(fx) = open(kind) else { return };
+    let store = &fx.store;
+    use cajaguard::store::AuditEvent;
+    use cajaguard_core::verdict::Reason;
+    for (tool, reason, total) in [
+        ("complete_checkout", Reason::WithinCaps, 1200),
+        ("get_checkout", Reason::WithinCaps, 1),
+        ("complete_checkout", Reason::PendingApproval, 8900),
+    ] {
+        let record = AuditRecord {
+            total: Some(total),
+            currency: Some("USD".into()),
+            ..AuditRecord::new(NOW, tool)
+        };
+        store.audit(AuditEvent::Ruled(reason), &record).unwrap();
+    }
+    let recent = store.recent_decisions(10).unwrap();
+    let seen: Vec<(&str, Option<i64>)> = recent
+        .iter()
+        .map(|d| (d.reason.as_str(), d.total))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("pending_approval", Some(8900)),
+            ("within_caps", Some(1200))
+        ]
+    );
+    assert_eq!(store.recent_decisions(1).unwrap().len(), 1);
+}
+
 /// A `VerifiedPasskeyUnfreeze` as only the core builds it: a real software-authenticator
 /// assertion over unfreeze terms, verified.
 mod cajaguard_core_test_support {
@@ -252,4 +284,5 @@ both!(
     registration_is_one_time_and_first_use_only,
     passkey_approvals_are_filed_once_per_nonce,
     an_unfreeze_by_passkey_names_the_freeze_and_moves_the_counter_once,
+    recent_decisions_are_the_gates_newest_first,
 );

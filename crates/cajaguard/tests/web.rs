@@ -292,6 +292,11 @@ fn a_passkey_registered_on_first_use_approves_the_day_pack_once() {
         "the gate moved the counter on"
     );
     assert_eq!(status(&w, &id), ApprovalStatus::Used);
+    let page = get(&w, "/status");
+    assert!(
+        page.body.contains("Recent decisions") && page.body.contains("allow_approved"),
+        "the status view lists the decision"
+    );
 }
 
 /// What `cajaguard verify` reports for `id`.

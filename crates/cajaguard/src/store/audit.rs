@@ -99,6 +99,23 @@ impl AuditEvent {
     }
 }
 
+/// One gate decision as the audit log has it (what the approval page's status view lists).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    /// RFC 3339, UTC.
+    pub at: String,
+    pub verdict: String,
+    pub reason: String,
+    pub merchant: Option<String>,
+    pub currency: Option<String>,
+    pub total: Option<i64>,
+    pub request_id: Option<String>,
+}
+
+/// The columns [`Decided`] is read from, in order.
+pub(super) const DECIDED_COLUMNS: &str =
+    "at, verdict, reason, merchant, currency, total, request_id";
+
 /// What is known about one call, gathered as it goes; written with the [`AuditEvent`] that ends
 /// it (never a secret: no tokens, no card numbers, no arguments).
 #[derive(Debug, Clone)]

@@ -43,7 +43,7 @@ use cajaguard_core::policy::{Policy, StoreConfig, StoreUrl};
 use cajaguard_core::settle::Settlement;
 use time::OffsetDateTime;
 
-pub use self::audit::{AuditEvent, AuditRecord, FrozenBy, PasskeyEvent, SettledAs};
+pub use self::audit::{AuditEvent, AuditRecord, Decided, FrozenBy, PasskeyEvent, SettledAs};
 pub use self::claims::Conflict;
 pub use self::error::StoreError;
 pub use self::passkeys::{LINK_TTL, LinkState, PasskeyRow, token_hash};
@@ -462,6 +462,11 @@ impl Store {
                 Ok(FiledApproval::Database(db.target().to_owned()))
             }
         }
+    }
+
+    /// The last `limit` gate decisions, newest first.
+    pub fn recent_decisions(&self, limit: i64) -> Result<Vec<Decided>, StoreError> {
+        self.read(&mut |tx| tx.recent_decisions(limit))
     }
 
     /// Every reservation whose outcome is not known yet, oldest first.

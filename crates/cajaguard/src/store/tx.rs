@@ -190,4 +190,6 @@ pub(super) trait Tx: super::passkeys::PasskeyTx {
     fn pending_get(&mut self, id: &RequestId) -> Result<Option<PendingRow>, StoreError>;
 
     fn insert_audit(&mut self, event: AuditEvent, r: &AuditRecord) -> Result<(), StoreError>;
+    /// The last `limit` decisions on `complete_checkout`, newest first (for the approval page).
+    fn recent_decisions(&mut self, limit: i64) -> Result<Vec<super::Decided>, StoreError>;
 }

@@ -396,13 +396,21 @@ pub(super) fn register(v: &RegisterView<'_>) -> Result<Response, Response> {
     page("Register a passkey", &body, data)
 }
 
-pub(super) fn status(
-    doc: &Value,
-    policy: &Policy,
-    unfreeze: Option<&(String, String)>,
-    passkeys: &[PasskeyRow],
-    rp_id: &str,
-) -> Result<Response, Response> {
+/// What the status view shows.
+pub(super) struct StatusView<'a> {
+    /// The status document (`cajaguard status --json`).
+    pub doc: &'a Value,
+    pub policy: &'a Policy,
+    /// The unfreeze ceremony (nonce, challenge) while frozen and a passkey exists.
+    pub unfreeze: Option<&'a (String, String)>,
+    pub passkeys: &'a [PasskeyRow],
+    pub rp_id: &'a str,
+    pub recent: &'a [crate::store::Decided],
+}
+
+pub(super) fn status(v: &StatusView<'_>) -> Result<Response, Response> {
+    let (doc, policy, unfreeze, passkeys, rp_id) =
+        (v.doc, v.policy, v.unfreeze, v.passkeys, v.rp_id);
     let mut body = String::from("<h1>Status</h1>");
     let mut bars = std::collections::BTreeSet::new();
     match doc.get("frozen") {
@@ -472,6 +480,29 @@ pub(super) fn status(
         body,
         "<div class=\"card\"><a href=\"/\">{pending} request(s) waiting for a decision</a></div>"
     );
+    body.push_str("<div class=\"card\"><h2>Recent decisions</h2>");
+    if v.recent.is_empty() {
+        body.push_str("<p>None yet.</p>");
+    } else {
+        body.push_str("<table><tr><th>when</th><th>verdict</th><th>amount</th><th>merchant</th><th>request</th></tr>");
+        for d in v.recent {
+            let shown = match (d.total, d.currency.as_deref()) {
+                (Some(total), Some(currency)) => escape(&amount(total, currency)),
+                _ => String::new(),
+            };
+            let _ = write!(
+                body,
+                "<tr><td>{}</td><td>{} <code>{}</code></td><td>{shown}</td><td>{}</td><td><code>{}</code></td></tr>",
+                text(&d.at),
+                text(&d.verdict),
+                text(&d.reason),
+                text(d.merchant.as_deref().unwrap_or("")),
+                text(d.request_id.as_deref().unwrap_or("")),
+            );
+        }
+        body.push_str("</table>");
+    }
+    body.push_str("</div>");
     let mut widths = String::new();
     for w in bars {
         let _ = write!(widths, ".w{w}{{width:{}.{}%}}", w / 10, w % 10);

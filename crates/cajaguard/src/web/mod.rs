@@ -57,6 +57,8 @@ const CEREMONY_TTL: Duration = Duration::from_secs(5 * 60);
 const MAX_CEREMONIES: usize = 256;
 /// A POST body larger than this is not a WebAuthn response.
 pub const MAX_BODY: usize = 64 * 1024;
+/// How many of the latest decisions the status view lists.
+const RECENT_DECISIONS: i64 = 12;
 /// How long a passkey approval made on the page stays valid (at most `approvals.max_ttl`).
 const APPROVAL_TTL: Duration = Duration::from_secs(15 * 60);
 
@@ -707,13 +709,18 @@ impl WebApp {
             }
             _ => None,
         };
-        html::status(
-            &doc,
-            &self.policy,
-            ceremony.as_ref(),
-            &rows,
-            self.rp.rp_id(),
-        )
+        let recent = self
+            .store
+            .recent_decisions(RECENT_DECISIONS)
+            .map_err(|e| Self::store_failed(&e))?;
+        html::status(&html::StatusView {
+            doc: &doc,
+            policy: &self.policy,
+            unfreeze: ceremony.as_ref(),
+            passkeys: &rows,
+            rp_id: self.rp.rp_id(),
+            recent: &recent,
+        })
     }
 
     /// POST `/unfreeze` `{"nonce", "credential"}`: lifts the very freeze the page showed.

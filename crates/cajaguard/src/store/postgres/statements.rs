@@ -407,4 +407,25 @@ impl Tx for PgTx<'_, '_> {
         )?;
         Ok(())
     }
+
+    fn recent_decisions(&mut self, limit: i64) -> Result<Vec<crate::store::Decided>, StoreError> {
+        let rows = self.query(
+            "SELECT at, verdict, reason, merchant, currency, total, request_id FROM audit
+             WHERE tool = 'complete_checkout' ORDER BY id DESC LIMIT $1",
+            &[&limit],
+        )?;
+        rows.iter()
+            .map(|r| {
+                Ok(crate::store::Decided {
+                    at: self.get(r, 0)?,
+                    verdict: self.get(r, 1)?,
+                    reason: self.get(r, 2)?,
+                    merchant: self.get(r, 3)?,
+                    currency: self.get(r, 4)?,
+                    total: self.get(r, 5)?,
+                    request_id: self.get(r, 6)?,
+                })
+            })
+            .collect()
+    }
 }

@@ -441,6 +441,25 @@ impl Tx for SqliteTx<'_> {
             ])?;
         Ok(())
     }
+
+    fn recent_decisions(&mut self, limit: i64) -> Result<Vec<crate::store::Decided>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {} FROM audit WHERE tool = 'complete_checkout' ORDER BY id DESC LIMIT ?1",
+            audit::DECIDED_COLUMNS
+        ))?;
+        let rows = stmt.query_map([limit], |r| {
+            Ok(crate::store::Decided {
+                at: r.get(0)?,
+                verdict: r.get(1)?,
+                reason: r.get(2)?,
+                merchant: r.get(3)?,
+                currency: r.get(4)?,
+                total: r.get(5)?,
+                request_id: r.get(6)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
 }
 
 fn read_pending(r: &rusqlite::Row<'_>) -> rusqlite::Result<pending::Raw> {
