@@ -1,6 +1,10 @@
 //! The pages, rendered on the server. Every piece of shop or agent text passes through [`text`]
 //! (`display::terminal`, then HTML escaping); data for the script goes in a JSON block whose `<`
 //! are escaped, read with `JSON.parse`, never evaluated.
+//!
+//! One idea, kept in one file on purpose (it is a little over 500 lines): every page shares the
+//! layout, the escaping and the one WebAuthn script, so a reviewer checks that no text reaches the
+//! page unescaped by reading this file alone.
 
 use std::fmt::Write as _;
 

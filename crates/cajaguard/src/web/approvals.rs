@@ -1,0 +1,178 @@
+//! The pending requests and one request's page: the basket as recorded and as the shop re-reads
+//! it, approved or denied with a passkey.
+
+use super::*;
+
+impl WebApp {
+    pub(super) fn pending_page(&self) -> Result<Response, Response> {
+        // What `cajaguard pending` lists: requests without a valid decision of a counted kind.
+        let waiting = self
+            .store
+            .awaiting_decision(
+                &self.counted_keys(),
+                self.policy.approvals.passkey_relying_party().as_ref(),
+                self.now(),
+                self.policy.approvals.max_ttl,
+            )
+            .map_err(|e| Self::store_failed(&e))?;
+        html::pending(&waiting, &self.policy)
+    }
+
+    /// The approver keys whose approvals count: none under `require: "passkey"`.
+    pub(super) fn counted_keys(&self) -> cajaguard_core::approval::TrustedKeys {
+        if self.policy.approvals.require.accepts_key_file() {
+            crate::keys::load_trusted_keys(&self.policy.approvals.trusted_keys).unwrap_or_default()
+        } else {
+            cajaguard_core::approval::TrustedKeys::default()
+        }
+    }
+
+    /// Whether `row` carries a valid decision already (an approval not used yet, or a deny), of
+    /// a kind the gate counts.
+    pub(super) fn decided(&self, row: &PendingRow) -> Result<bool, Response> {
+        let status = self
+            .store
+            .approval_status(
+                &row.request.request_id,
+                &self.counted_keys(),
+                self.policy.approvals.passkey_relying_party().as_ref(),
+                self.now(),
+                self.policy.approvals.max_ttl,
+            )
+            .map_err(|e| Self::store_failed(&e))?;
+        Ok(matches!(
+            status,
+            crate::store::ApprovalStatus::Approved | crate::store::ApprovalStatus::Denied
+        ))
+    }
+
+    pub(super) fn request_page(&self, id: &str) -> Result<Response, Response> {
+        let Ok(id) = RequestId::parse(id) else {
+            return Ok(Response::text(404, "not a request id (cg-<hex>)"));
+        };
+        let Some(pending) = self
+            .store
+            .pending_request(&id)
+            .map_err(|e| Self::store_failed(&e))?
+        else {
+            return Ok(Response::text(404, "no such request"));
+        };
+        let reread = (self.reread)(&self.policy, &pending);
+        let now = self.now();
+        let differs = match &reread {
+            Ok(quote) => {
+                quote.status != "ready_for_complete"
+                    || BasketDigest::of(quote, &pending.request.instruments)
+                        != pending.request.digest
+            }
+            Err(_) => true,
+        };
+        let (rows, _) = self.registry()?;
+        let decided = self.decided(&pending)?;
+        // Approve is offered only for the basket the gate recorded, as the shop still has it;
+        // deny is always offered (refusing fails closed).
+        let mut ceremonies = Vec::new();
+        let decisions: &[Decision] = if differs || decided {
+            &[Decision::Deny]
+        } else {
+            &[Decision::Approve, Decision::Deny]
+        };
+        if !rows.is_empty() && !decided && self.policy.approvals.require.accepts_passkey() {
+            for decision in decisions {
+                let terms = self.terms(&pending, *decision, now)?;
+                let challenge = terms.challenge_b64url();
+                let nonce = self.issue(Ceremony::Decide {
+                    request_id: id.clone(),
+                    terms,
+                })?;
+                ceremonies.push((*decision, nonce, challenge));
+            }
+        }
+        html::request(&html::RequestView {
+            policy: &self.policy,
+            pending: &pending,
+            reread: &reread,
+            differs,
+            decided,
+            ceremonies: &ceremonies,
+            passkeys: &rows,
+            rp_id: self.rp.rp_id(),
+        })
+    }
+
+    pub(super) fn terms(
+        &self,
+        pending: &PendingRow,
+        decision: Decision,
+        now: OffsetDateTime,
+    ) -> Result<PasskeyApprovalTerms, Response> {
+        let request = &pending.request;
+        let terms = ApprovalTerms {
+            request_id: request.request_id.clone(),
+            digest: request.digest,
+            decision,
+            merchant: request.merchant.clone(),
+            checkout_id: request.checkout_id.clone(),
+            currency: request.currency.clone(),
+            total: request.total,
+            issued_at: now,
+            ttl: APPROVAL_TTL.min(self.policy.approvals.max_ttl),
+            nonce: random::<16>()?,
+            note: "approved on the CajaGuard page".to_owned(),
+        };
+        Ok(PasskeyApprovalTerms::new(&terms, None))
+    }
+
+    /// POST `/requests/<id>/decide` `{"nonce", "credential"}`: the assertion over the terms the
+    /// nonce names is verified by the core and the document filed; the gate uses it once.
+    pub(super) fn decide(&self, id: &str, body: &[u8]) -> Response {
+        if !self.policy.approvals.require.accepts_passkey() {
+            return Response::refused(
+                409,
+                "approvals.require is \"key\": the gate counts no passkey approval; set it to \"passkey\" or \"any\"",
+            );
+        }
+        let (ceremony, credential) = match self.posted(body) {
+            Ok(posted) => posted,
+            Err(refused) => return refused,
+        };
+        let Ceremony::Decide { request_id, terms } = ceremony else {
+            return Response::refused(409, "the form is for another action: reload the page");
+        };
+        if request_id.as_str() != id {
+            return Response::refused(409, "the form is for another request: reload the page");
+        }
+        let assertion = match assertion_of(&credential) {
+            Ok(assertion) => assertion,
+            Err(refused) => return refused,
+        };
+        let document = PasskeyApproval { terms, assertion };
+        let registry = match self.registry() {
+            Ok((_, registry)) => registry,
+            Err(r) => return r,
+        };
+        let Some(digest) = BasketDigest::from_hex(&document.terms.digest) else {
+            return Response::refused(500, "the issued terms hold no digest");
+        };
+        let now = self.now();
+        if let Err(why) = passkey::verify_passkey_approval(
+            &document,
+            &registry,
+            &self.rp,
+            &digest,
+            now,
+            self.policy.approvals.max_ttl,
+        ) {
+            return Response::refused(403, format!("not accepted: {why}"));
+        }
+        if let Err(e) = self.store.file_passkey_approval(&document, now) {
+            return Self::store_failed(&e);
+        }
+        let what = if document.terms.decision == "approve" {
+            "approved: the agent's next attempt pays it, once"
+        } else {
+            "denied: the agent's next attempt is refused"
+        };
+        Response::outcome(200, true, format!("{} {what}", document.terms.request_id))
+    }
+}
