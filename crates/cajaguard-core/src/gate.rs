@@ -2,6 +2,9 @@
 //! function from the policy, the agent's request, the shop's quote, the ledger's view, approvals
 //! and the clock to an [`Outcome`]. Precedence fails closed: tripwire, then malformed input, then
 //! hard caps, then approval, then allow.
+//!
+//! One idea, the gate's order of rules, kept in one file (a little over 500 lines) so the
+//! precedence can be read top to bottom.
 
 use time::OffsetDateTime;
 

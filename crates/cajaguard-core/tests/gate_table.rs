@@ -1,6 +1,7 @@
 //! Table-driven tests of the gate (SPEC §4, §10) through one helper, [`run`]: tripwire and request
 //! checks ([`gate::precheck`]), the shop's quote ([`Quote::from_shop`]) and [`gate::decide`]. Every
 //! case asserts verdict and reason, that the detail holds no secret, and that the effect matches.
+//! One table, one file: its rows are meant to be read together.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

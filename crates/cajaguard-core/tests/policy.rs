@@ -1,4 +1,5 @@
 //! The config file (SPEC §2): defaults, paths, and every refusal names file, JSON path and a fix.
+//! One idea (a config file's reading) in one file, so every refusal can be compared side by side.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -1,4 +1,5 @@
 //! The two subcommands, their printed steps and their exit codes.
+//! One idea (what the demo agent does, step by step) in one file, so the demo reads as a script.
 
 use std::path::{Path, PathBuf};
 

@@ -1,4 +1,5 @@
 //! SPEC §9 behaviours of the fixture shop, run as a real child process over stdio.
+//! One idea (the shop's observable behaviour) in one file, like SPEC §9 itself.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "support/shop_process.rs"]

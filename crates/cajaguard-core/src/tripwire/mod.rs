@@ -1,5 +1,7 @@
 //! The test-mode tripwire (SPEC §5): refuses anything that looks like a real card number or a live
 //! credential before the shop sees it. A hit names the JSON path and the rule, never the value.
+//! This file is the walker over a message (one idea: which strings and keys are read, in what
+//! order, and how a hit is named); what a card number or a secret is lives in `cards`/`secrets`.
 //!
 //! It reads the whole `params` of every request and notification the proxy forwards
 //! ([`scan_params`]), keys and values alike, each string in every form a reader might see in it

@@ -1,4 +1,6 @@
 //! The durable store (SPEC §8): the spend ledger, pending requests, used approvals and the audit log.
+//! One idea: the `Store` and its one method per operation, each a transaction over `tx::Tx`
+//! (the rules live in the sibling modules), and the tokens only the store can make.
 //! Two backends behind one [`Store`], chosen by the config's `store`:
 //! - the embedded default, SQLite (WAL) in `home`, with signed approvals as JSON files in
 //!   `<home>/approvals/` ([`sqlite`]);
