@@ -3,7 +3,6 @@
 //! passkey through a one-time link, approving a blocked Day pack so that the gate's next decision
 //! pays it once, and the defences — a foreign Host or Origin, a missing or reused nonce, and a
 //! decision without a valid assertion — each of which changes nothing.
-
 //!
 //! One idea (the page's handlers and their defences) in one file.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
