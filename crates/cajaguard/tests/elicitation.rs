@@ -106,3 +106,37 @@ fn a_client_that_did_not_declare_it_gets_the_refusal_alone() {
         "{before:?}"
     );
 }
+
+/// Threads of the process `pid` (Linux: one entry per thread under /proc/PID/task).
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count()
+}
+
+#[test]
+fn an_agent_making_many_blocked_baskets_gets_every_page_shown_but_a_bounded_number_watched() {
+    let world = world_with_page();
+    let mut mcp = client(&world, json!({ "elicitation": { "url": {} } }));
+    let before = threads(mcp.pid());
+    let baskets = 16;
+    for n in 0..baskets {
+        let (answer, sent) = block_day_pack(&mut mcp);
+        assert_eq!(
+            answer["result"]["structuredContent"]["cajaguard"]["verdict"], "blocked",
+            "basket {n}: {answer}"
+        );
+        assert!(
+            sent.iter().any(|m| m["method"] == "elicitation/create"),
+            "basket {n} was not shown: {sent:?}"
+        );
+    }
+    // Each watcher is a thread with a store connection of its own, alive for twice the approval
+    // lifetime: at most 8 of them, whatever the agent does (a little slack for call threads
+    // still ending).
+    let after = threads(mcp.pid());
+    assert!(
+        after <= before + 8 + 3,
+        "{after} threads after {baskets} blocked baskets, {before} before"
+    );
+}

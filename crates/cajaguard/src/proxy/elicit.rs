@@ -5,8 +5,8 @@
 //! way, and the client's answer is never read: no answer of a client approves anything.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cajaguard_core::approval::RequestId;
@@ -21,11 +21,28 @@ use crate::store::{ApprovalStatus, Store};
 const URL_ELICITATION_VERSION: &str = "2025-11-25";
 /// How often the watcher reads whether a request was decided.
 const POLL: Duration = Duration::from_secs(1);
+/// At most this many requests are watched at once: each watcher holds a thread and a store
+/// connection, and an agent can make as many blocked baskets as it likes. Past it a request is
+/// still shown to the user; only its completion notice is not sent.
+const MAX_WATCHERS: usize = 8;
+/// The requests already shown are remembered up to this many; past it the set starts again (a
+/// page shown twice is harmless; memory that grows with every basket an agent makes is not).
+const MAX_REMEMBERED: usize = 1024;
 
 #[derive(Default)]
 pub(super) struct Elicitation {
     declared: AtomicBool,
     sent: Mutex<HashSet<String>>,
+    watching: Arc<AtomicUsize>,
+}
+
+/// Gives a watcher's place back when its thread ends, however it ends.
+struct Watching(Arc<AtomicUsize>);
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Elicitation {
@@ -54,12 +71,17 @@ impl Proxy {
         {
             return;
         }
-        let first = self
-            .elicitation
-            .sent
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.as_str().to_owned());
+        let first = {
+            let mut sent = self
+                .elicitation
+                .sent
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if sent.len() >= MAX_REMEMBERED {
+                sent.clear();
+            }
+            sent.insert(id.as_str().to_owned())
+        };
         if !first {
             return;
         }
@@ -83,8 +105,15 @@ impl Proxy {
         } else {
             cajaguard_core::approval::TrustedKeys::default()
         };
+        let counter = &self.elicitation.watching;
+        if counter.fetch_add(1, Ordering::AcqRel) >= MAX_WATCHERS {
+            counter.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        let place = Watching(Arc::clone(counter));
         let (policy, out, id) = (self.policy.clone(), self.out.clone(), id.clone());
         std::thread::spawn(move || {
+            let _place = place;
             if watch(&policy, &trusted, &id) {
                 let done = json!({
                     "jsonrpc": "2.0",
