@@ -306,6 +306,21 @@ pub fn load_public_key(path: &Path) -> Result<PublicKey, KeyError> {
     })
 }
 
+/// The approver keys whose approvals count under the policy: every key in
+/// `approvals.trusted_keys`, or none under `approvals.require: "passkey"`. Every reader of an
+/// approval's status (`verify`, `pending`, `status`, `cajaguard_approval_status`, the page) goes
+/// through here, so a key-file approval an agent signed never reads as approved where the gate
+/// would not honour it.
+pub fn counted_trusted_keys(
+    policy: &cajaguard_core::policy::Policy,
+) -> Result<TrustedKeys, KeyError> {
+    if policy.approvals.require.accepts_key_file() {
+        load_trusted_keys(&policy.approvals.trusted_keys)
+    } else {
+        Ok(TrustedKeys::default())
+    }
+}
+
 /// Every key in `approvals.trusted_keys`. Any one missing or unreadable is an error naming it: a
 /// trust list that silently shrinks would be a config typo nobody notices.
 pub fn load_trusted_keys(paths: &[PathBuf]) -> Result<TrustedKeys, KeyError> {

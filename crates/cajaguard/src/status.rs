@@ -13,8 +13,7 @@ use crate::store::{PendingRow, Store, StoreError, WindowSpend};
 /// counts as no key: no approval then verifies, so every stored request still counts as waiting,
 /// which is what the gate would do with it too.
 pub fn document(policy: &Policy, store: &Store, now: OffsetDateTime) -> Result<Value, StoreError> {
-    let trusted =
-        crate::keys::load_trusted_keys(&policy.approvals.trusted_keys).unwrap_or_default();
+    let trusted = crate::keys::counted_trusted_keys(policy).unwrap_or_default();
     document_with(policy, store, &trusted, now)
 }
 

@@ -118,3 +118,83 @@ fn with_require_passkey_the_terminal_points_to_the_page() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("/status"));
 }
+
+/// The origin is `http://localhost:<port>`, reachable over either loopback: a process holding
+/// the other family's port would be the page to the browser and the passkey. `web` refuses to
+/// start then (exit 2), naming the address.
+#[test]
+fn the_page_does_not_start_while_another_process_holds_the_other_loopback() {
+    let Ok(squatter) = std::net::TcpListener::bind("[::1]:8398") else {
+        println!("SKIPPED: this machine has no IPv6 loopback, so no one can hold [::1]:8398");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(config(dir.path(), "passkey")).unwrap())
+            .unwrap();
+    config["approvals"]["web"]["listen"] = serde_json::json!("127.0.0.1:8398");
+    std::fs::write(&path, config.to_string()).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cajaguard"))
+        .args(["web", "--config"])
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("the page started although another process held [::1]:8398");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    drop(squatter);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("[::1]:8398"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Under `require: "passkey"` no key-file approval counts, so `verify`, `pending`, `status` and
+/// the status tool, which all read approvals through `counted_trusted_keys`, never call a
+/// request approved by a key an agent can read.
+#[test]
+fn under_require_passkey_no_approver_key_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    let keygen = Command::new(env!("CARGO_BIN_EXE_cajaguard"))
+        .args(["keygen", "--out"])
+        .arg(&keys)
+        .output()
+        .unwrap();
+    assert!(keygen.status.success(), "{}", text(&keygen.stderr));
+    let policy_for = |require: &str| {
+        let path = config(dir.path(), require);
+        let mut config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        config["approvals"]["trusted_keys"] = serde_json::json!([keys.join("approver.pub.pem")]);
+        std::fs::write(&path, config.to_string()).unwrap();
+        cajaguard_core::policy::Policy::parse(
+            &std::fs::read_to_string(&path).unwrap(),
+            &cajaguard_core::policy::ConfigOrigin {
+                path: &path,
+                user_home: None,
+            },
+        )
+        .unwrap()
+    };
+    let counted = |require: &str| {
+        cajaguard::keys::counted_trusted_keys(&policy_for(require))
+            .unwrap()
+            .0
+            .len()
+    };
+    assert_eq!(counted("key"), 1);
+    assert_eq!(counted("any"), 1);
+    assert_eq!(counted("passkey"), 0);
+}

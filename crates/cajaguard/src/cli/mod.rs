@@ -328,7 +328,7 @@ pub fn open_store(policy: &Policy) -> Result<crate::store::Store, Failure> {
 }
 
 pub fn load_trusted(policy: &Policy) -> Result<cajaguard_core::approval::TrustedKeys, Failure> {
-    crate::keys::load_trusted_keys(&policy.approvals.trusted_keys).map_err(|e| {
+    crate::keys::counted_trusted_keys(policy).map_err(|e| {
         said(
             Exit::Usage,
             &e,

@@ -20,11 +20,7 @@ impl WebApp {
 
     /// The approver keys whose approvals count: none under `require: "passkey"`.
     pub(super) fn counted_keys(&self) -> cajaguard_core::approval::TrustedKeys {
-        if self.policy.approvals.require.accepts_key_file() {
-            crate::keys::load_trusted_keys(&self.policy.approvals.trusted_keys).unwrap_or_default()
-        } else {
-            cajaguard_core::approval::TrustedKeys::default()
-        }
+        crate::keys::counted_trusted_keys(&self.policy).unwrap_or_default()
     }
 
     /// Whether `row` carries a valid decision already (an approval not used yet, or a deny), of

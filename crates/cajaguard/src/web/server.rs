@@ -12,21 +12,33 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 
 use super::{MAX_BODY, Request, Response, WebApp};
 
-/// Serves `app` on `listener` until the process ends. Built on the caller's thread: a runtime
-/// with two workers (the page has one human as its user) plus the blocking pool.
-pub fn serve(app: Arc<WebApp>, listener: TcpListener) -> std::io::Result<()> {
-    listener.set_nonblocking(true)?;
+/// Serves `app` on every one of `listeners` until the process ends (or one of them fails).
+/// Built on the caller's thread: a runtime with two workers (the page has one human as its user)
+/// plus the blocking pool.
+pub fn serve(app: Arc<WebApp>, listeners: Vec<TcpListener>) -> std::io::Result<()> {
+    for listener in &listeners {
+        listener.set_nonblocking(true)?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_io()
         .build()?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::from_std(listener)?;
         let router = axum::Router::new().fallback(move |req: axum::extract::Request| {
             let app = Arc::clone(&app);
             async move { answer(app, req).await }
         });
-        axum::serve(listener, router).await
+        let mut servers = tokio::task::JoinSet::new();
+        for listener in listeners {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            let router = router.clone();
+            servers.spawn(async move { axum::serve(listener, router).await });
+        }
+        match servers.join_next().await {
+            Some(Ok(result)) => result,
+            Some(Err(e)) => Err(std::io::Error::other(e)),
+            None => Ok(()),
+        }
     })
 }
 
