@@ -46,6 +46,7 @@ fn fixture() -> &'static Fixture {
                 ttl: Duration::from_secs(900),
                 nonce: [0x5a; 16],
                 note: "seed".into(),
+                checkpoint: None,
             },
         );
         Fixture { trusted: TrustedKeys(vec![key.public_key()]), digest, signed_message: doc.signed_message() }

@@ -55,6 +55,7 @@ fn bench(c: &mut Criterion) {
         &key,
         &ApprovalTerms {
             note: "bench".into(),
+            checkpoint: None,
             ..fixtures::approval_terms(
                 digest,
                 &q_big.checkout_id,

@@ -72,6 +72,7 @@ fn fixture(key: &Key) -> (PasskeyApproval, PasskeyRegistry, Vec<u8>, Vec<u8>) {
             ttl: Duration::from_secs(15 * 60),
             nonce: [0x42; 16],
             note: String::new(),
+            checkpoint: None,
         },
         None,
     );

@@ -20,6 +20,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod approval;
+pub mod audit_log;
 pub mod digest;
 pub mod display;
 pub mod effect;

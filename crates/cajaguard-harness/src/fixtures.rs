@@ -143,6 +143,7 @@ pub fn approval_terms(
         ttl: Duration::from_secs(900),
         nonce: [0x5a; 16],
         note: String::new(),
+        checkpoint: None,
     }
 }
 

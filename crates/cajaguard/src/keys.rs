@@ -251,6 +251,28 @@ fn install(
     Ok(())
 }
 
+/// The home's audit log key (SPEC §8): read, refusing one that group or others could read, or
+/// made (0600) when the home has none. Two processes making it at once agree on one: the file is
+/// linked into place, which never replaces, and the loser reads the winner's.
+pub fn load_or_create_log_key(path: &Path) -> Result<SigningKey, crate::store::StoreError> {
+    let log_key_err = |e: KeyError| crate::store::StoreError::LogKey(e.to_string());
+    match load_signing_key(path) {
+        Err(KeyError::MissingPrivateKey { .. }) => {}
+        other => return other.map_err(log_key_err),
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let key = generate_signing_key().map_err(log_key_err)?;
+    let pem = key
+        .to_pkcs8_pem()
+        .map_err(KeyError::Encode)
+        .map_err(log_key_err)?;
+    match install(dir, path, pem.as_bytes(), 0o600, false) {
+        Ok(()) => Ok(key),
+        Err(KeyError::Exists { .. }) => load_signing_key(path).map_err(log_key_err),
+        Err(e) => Err(log_key_err(e)),
+    }
+}
+
 /// Reads the private key, refusing a file that group or others could read.
 pub fn load_signing_key(path: &Path) -> Result<SigningKey, KeyError> {
     let file = match File::open(path) {

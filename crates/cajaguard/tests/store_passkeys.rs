@@ -138,6 +138,7 @@ fn doc(nonce: &str) -> PasskeyApproval {
             ttl: std::time::Duration::from_secs(600),
             nonce: [0; 16],
             note: String::new(),
+            checkpoint: None,
         },
         None,
     );

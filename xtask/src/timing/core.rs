@@ -46,6 +46,7 @@ pub(super) fn core_inputs() -> CoreInputs {
         &approval::ApprovalTerms {
             ttl: Duration::from_secs(600),
             note: "report".into(),
+            checkpoint: None,
             ..fixtures::approval_terms(
                 digest,
                 &big.checkout_id,

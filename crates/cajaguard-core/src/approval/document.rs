@@ -46,6 +46,10 @@ pub struct ApprovalDocument {
     /// Hex, at least 128 bits.
     pub nonce: String,
     pub note: String,
+    /// The audit log checkpoint (SPEC §8, a C2SP signed note) the human approved against. Absent
+    /// in approvals made before the log; signed like every other field when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
     pub key_id: String,
     /// Base64 Ed25519 signature over `cajaguard-approval-v1\0` + RFC 8785 of every other field.
     pub signature: String,
@@ -80,6 +84,10 @@ impl ApprovalDocument {
         msg.push(b'{');
         key(&mut msg, true, "checkout_id");
         str(&mut msg, &self.checkout_id);
+        if let Some(checkpoint) = &self.checkpoint {
+            key(&mut msg, false, "checkpoint");
+            str(&mut msg, checkpoint);
+        }
         key(&mut msg, false, "currency");
         str(&mut msg, &self.currency);
         key(&mut msg, false, "decision");
@@ -131,6 +139,7 @@ impl ApprovalDocument {
             expires_at: &self.expires_at,
             nonce: &self.nonce,
             note: &self.note,
+            checkpoint: self.checkpoint.as_deref(),
             key_id: &self.key_id,
         }
     }
@@ -151,6 +160,8 @@ pub struct ApprovalTerms {
     /// From the caller's randomness.
     pub nonce: [u8; 16],
     pub note: String,
+    /// The latest audit log checkpoint (`Store::checkpoint`), which the approval commits to.
+    pub checkpoint: Option<String>,
 }
 
 /// Signs `terms`. Times are written in UTC to the second; a clock outside years 0-9999 yields
@@ -180,6 +191,7 @@ pub fn sign(key: &SigningKey, terms: &ApprovalTerms) -> ApprovalDocument {
         expires_at: expires.format(&Rfc3339).unwrap_or_default(),
         nonce: hex::encode(terms.nonce),
         note: terms.note.clone(),
+        checkpoint: terms.checkpoint.clone(),
         key_id: key.public_key().key_id(),
         signature: String::new(),
     };
@@ -203,6 +215,8 @@ struct SignedFields<'a> {
     expires_at: &'a str,
     nonce: &'a str,
     note: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    checkpoint: Option<&'a str>,
     key_id: &'a str,
 }
 
@@ -240,12 +254,13 @@ mod tests {
             currency in any_text(),
             total in -MAX_SAFE..=MAX_SAFE,
             note in any_text(),
+            checkpoint in proptest::option::of(any_text()),
         ) {
             let doc = ApprovalDocument {
                 version: 1, request_id: checkout_id.clone(), digest: currency.clone(), decision: note.clone(),
                 merchant, checkout_id, currency, total,
-                issued_at: note.clone(), expires_at: String::new(), nonce: "00".into(), note, key_id: "k".into(),
-                signature: String::new(),
+                issued_at: note.clone(), expires_at: String::new(), nonce: "00".into(), note, checkpoint,
+                key_id: "k".into(), signature: String::new(),
             };
             prop_assert_eq!(doc.signed_message(), doc.signed_message_reference());
         }

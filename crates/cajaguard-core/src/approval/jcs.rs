@@ -16,20 +16,20 @@ pub(crate) fn canonical<S: serde::Serialize>(value: &S) -> Vec<u8> {
 }
 
 /// Whether `i` is written the same by this encoder and by JCS.
-pub(super) fn safe(i: i64) -> bool {
+pub(crate) fn safe(i: i64) -> bool {
     (-MAX_MINOR..=MAX_MINOR).contains(&i)
 }
 
-pub(super) fn str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn str(out: &mut Vec<u8>, s: &str) {
     // Writing into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, s);
 }
 
-pub(super) fn int(out: &mut Vec<u8>, i: i64) {
+pub(crate) fn int(out: &mut Vec<u8>, i: i64) {
     let _ = write!(out, "{i}");
 }
 
-pub(super) fn key(out: &mut Vec<u8>, first: bool, k: &str) {
+pub(crate) fn key(out: &mut Vec<u8>, first: bool, k: &str) {
     if !first {
         out.push(b',');
     }

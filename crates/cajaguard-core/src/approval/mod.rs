@@ -14,7 +14,7 @@ mod verify;
 pub use crate::digest::{BasketDigest, RequestId};
 pub use document::{ApprovalDocument, ApprovalTerms, Decision, sign};
 pub use keys::{PublicKey, SigningKey, TrustedKeys};
-pub use verify::{Rejection, VerifiedApproval, verify};
+pub use verify::{Rejection, VerifiedApproval, signed_by_trusted, verify};
 
 /// Domain separation for approval signatures (see `document`).
 pub const SIGNING_CONTEXT: &[u8] = b"cajaguard-approval-v1\0";

@@ -46,6 +46,21 @@ impl VerifiedApproval {
     }
 }
 
+/// Whether `doc` carries a valid signature by one of `trusted`, whatever else holds (its expiry,
+/// its basket): what `audit verify` needs before it takes an approval's checkpoint as evidence.
+pub fn signed_by_trusted(doc: &ApprovalDocument, trusted: &TrustedKeys) -> bool {
+    let Ok(signature) = base64::engine::general_purpose::STANDARD.decode(doc.signature.as_bytes())
+    else {
+        return false;
+    };
+    let message = doc.signed_message();
+    trusted
+        .0
+        .iter()
+        .filter(|k| k.key_id() == doc.key_id)
+        .any(|k| k.verify_raw(&message, &signature))
+}
+
 /// Signature under a trusted key, digest equal to `expected`, `issued_at <= now < expires_at`
 /// (small clock skew allowed on `issued_at` only), lifetime <= `max_ttl`. "Not used yet" is the
 /// store's fact and the gate's check, not this function's.

@@ -167,6 +167,7 @@ pub fn terms_for(
         ttl,
         nonce: [0x5a; 16],
         note: "ok for the day pack".to_owned(),
+        checkpoint: None,
     }
 }
 

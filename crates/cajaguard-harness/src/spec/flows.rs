@@ -226,6 +226,7 @@ pub(super) fn approval_six_minutes_after_a_five_minute_ttl_has_expired(
         ttl: std::time::Duration::from_secs(300),
         nonce,
         note: "expired on purpose".to_owned(),
+        checkpoint: None,
     };
     store.write_approval(&approval::sign(&key, &terms)).unwrap();
     pay(&world, &mut mcp, obs, &EXPIRED, &checkout, &total);

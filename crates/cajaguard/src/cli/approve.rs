@@ -121,6 +121,9 @@ fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) 
     let mut nonce = [0u8; 16];
     getrandom::fill(&mut nonce)
         .map_err(|e| Failure::unexpected(format!("no randomness for the nonce: {e}")))?;
+    let now = OffsetDateTime::now_utc();
+    // The approval commits to the audit log as it is now (SPEC §8): a fresh checkpoint.
+    let checkpoint = store.checkpoint(now).map_err(Failure::from)?;
     let terms = ApprovalTerms {
         request_id: id.clone(),
         digest: pending.request.digest,
@@ -129,10 +132,11 @@ fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) 
         checkout_id: pending.request.checkout_id.clone(),
         currency: pending.request.currency.clone(),
         total: pending.request.total,
-        issued_at: OffsetDateTime::now_utc(),
+        issued_at: now,
         ttl,
         nonce,
         note: note.to_owned(),
+        checkpoint: Some(checkpoint),
     };
     let document = approval::sign(&key, &terms);
     let filed = store.write_approval(&document).map_err(Failure::from)?;

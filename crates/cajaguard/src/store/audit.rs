@@ -1,4 +1,5 @@
-//! The audit log: one row per decision, settlement, freeze and unfreeze. A row is an
+//! The audit log: one row per decision, settlement, freeze, unfreeze, passkey change and config
+//! load; each row is a leaf of the log's Merkle tree (`log.rs`). A row is an
 //! [`AuditEvent`] (what happened, typed, so no writer can misspell a verdict) and an
 //! [`AuditRecord`] (what was known about the call). The record has no field for arguments, tokens
 //! or keys, so nothing secret can be written here. The backends write these columns.
@@ -8,6 +9,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use cajaguard_core::audit_log::Leaf;
 use cajaguard_core::verdict::Reason;
 
 use super::StoreError;
@@ -25,6 +27,8 @@ pub enum AuditEvent {
     Unfrozen,
     /// A passkey of the approval page changed (SPEC §8: registrations are audit records).
     Passkey(PasskeyEvent),
+    /// A process loaded the config (its SHA-256 is the record's note, SPEC §8).
+    ConfigLoaded,
 }
 
 /// What happened to the approval page's passkeys.
@@ -75,6 +79,7 @@ impl AuditEvent {
             AuditEvent::Frozen(_) => "frozen",
             AuditEvent::Unfrozen => "unfrozen",
             AuditEvent::Passkey(_) => "passkey",
+            AuditEvent::ConfigLoaded => "config",
         }
     }
 
@@ -95,6 +100,7 @@ impl AuditEvent {
             AuditEvent::Passkey(PasskeyEvent::LinkIssued) => "passkey_link_issued",
             AuditEvent::Passkey(PasskeyEvent::Registered) => "passkey_registered",
             AuditEvent::Passkey(PasskeyEvent::Removed) => "passkey_removed",
+            AuditEvent::ConfigLoaded => "config_loaded",
         }
     }
 }
@@ -151,12 +157,31 @@ impl AuditRecord {
     }
 }
 
-/// The audit row's `at` (RFC 3339, UTC) and `latency_us`.
-pub(super) fn columns(r: &AuditRecord) -> Result<(String, i64), StoreError> {
+/// The audit row of `event` at log index `index`, as written and as hashed: the leaf holds
+/// exactly the column values, so what `audit verify` reads back hashes the same.
+pub(super) fn leaf(event: AuditEvent, r: &AuditRecord, index: u64) -> Result<Leaf, StoreError> {
     let at =
         r.at.to_offset(time::UtcOffset::UTC)
             .format(&Rfc3339)
             .map_err(|e| StoreError::Inconsistent(format!("cannot format the audit time: {e}")))?;
-    let latency_us = i64::try_from(r.latency.as_micros()).unwrap_or(i64::MAX);
-    Ok((at, latency_us))
+    Ok(Leaf {
+        index,
+        at,
+        at_us: super::micros(r.at),
+        tool: r.tool.clone(),
+        verdict: event.verdict().to_owned(),
+        reason: event.reason().to_owned(),
+        merchant: r.merchant.clone(),
+        currency: r.currency.clone(),
+        total: r.total,
+        request_id: r.request_id.clone(),
+        idempotency_key: r.idempotency_key.clone(),
+        checkout_id: r.checkout_id.clone(),
+        latency_us: i64::try_from(r.latency.as_micros()).unwrap_or(i64::MAX),
+        note: r.note.clone(),
+    })
 }
+
+/// The columns a [`Leaf`] is read from, in its field order, then `log_hashes`.
+pub(super) const LEAF_COLUMNS: &str = "log_index, at, at_us, tool, verdict, reason, merchant, \
+     currency, total, request_id, idempotency_key, checkout_id, latency_us, note, log_hashes";

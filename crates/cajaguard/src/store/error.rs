@@ -35,6 +35,9 @@ pub enum StoreError {
     /// parse). The message never holds the URL's password.
     #[error("the store setting is unusable: {0}")]
     Config(String),
+    /// The home's audit log key cannot be read or made (the message says why and what to do).
+    #[error("the audit log key: {0}")]
+    LogKey(String),
     #[error("cannot write {}: {source}", path.display())]
     Write {
         path: PathBuf,
@@ -95,7 +98,8 @@ impl StoreError {
             | StoreError::Inconsistent(_)
             | StoreError::ClaimLost
             | StoreError::NotThatFreeze
-            | StoreError::PasskeyRefused(_) => None,
+            | StoreError::PasskeyRefused(_)
+            | StoreError::LogKey(_) => None,
             StoreError::Unsafe { .. } => {
                 Some("make the home a directory you own that no other user can write (chmod 700)")
             }

@@ -135,7 +135,7 @@ impl Store {
                 .checkout_id
                 .or_else(|| Some(request.checkout_id.clone()));
             record.latency = record.latency.saturating_add(started.elapsed());
-            tx.insert_audit(AuditEvent::Ruled(outcome.ruling.reason()), &record)?;
+            super::log::append(tx, AuditEvent::Ruled(outcome.ruling.reason()), &record)?;
             Ok(outcome)
         })?;
         // A reservation or a used approval must survive a power cut before the payment goes out.

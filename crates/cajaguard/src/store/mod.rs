@@ -26,6 +26,7 @@ mod error;
 mod freeze;
 mod gate;
 mod ledger;
+mod log;
 mod passkeys;
 mod pending;
 mod postgres;
@@ -48,6 +49,7 @@ use time::OffsetDateTime;
 pub use self::audit::{AuditEvent, AuditRecord, Decided, FrozenBy, PasskeyEvent, SettledAs};
 pub use self::claims::Conflict;
 pub use self::error::StoreError;
+pub use self::log::{Anchor, LOG_KEY_FILE, LogHead};
 pub use self::passkeys::{LINK_TTL, LinkState, PasskeyRow, token_hash};
 pub use self::postgres::CONNECT_TIMEOUT;
 pub use self::rows::{ApprovalStatus, FiledApproval, InFlight, PendingRow, WindowSpend};
@@ -127,10 +129,17 @@ impl Store {
     /// Opens the embedded SQLite store in `home` (creating the home, 0700, its database and
     /// `approvals/` if missing).
     pub fn open(home: &Path) -> Result<Store, StoreError> {
-        Ok(Store {
+        Store {
             home: home.to_path_buf(),
             backend: Backend::Sqlite(sqlite::Sqlite::open(home)?),
-        })
+        }
+        .with_log()
+    }
+
+    /// The store with its audit log's head made and older rows adopted (`log::open`).
+    fn with_log(self) -> Result<Store, StoreError> {
+        self.open_log()?;
+        Ok(self)
     }
 
     /// Opens the store the policy names: its `store`, else SQLite in its `home`.
@@ -156,10 +165,11 @@ impl Store {
                 }
             },
         };
-        Ok(Store {
+        Store {
             home: home.to_path_buf(),
             backend: Backend::Postgres(self::postgres::Postgres::open(&url)?),
-        })
+        }
+        .with_log()
     }
 
     pub fn home(&self) -> &Path {
@@ -283,7 +293,7 @@ impl Store {
     ) -> Result<Frozen, StoreError> {
         self.write(&mut |tx| {
             tx.freeze_put(micros(now), reason)?;
-            tx.insert_audit(AuditEvent::Frozen(by), audit)?;
+            log::append(tx, AuditEvent::Frozen(by), audit)?;
             freeze::current(tx)?
                 .ok_or_else(|| StoreError::Inconsistent("a freeze did not stay written".into()))
         })
@@ -311,7 +321,7 @@ impl Store {
             }
             tx.insert_used(unfreeze.nonce(), &marker, "unfreeze", micros(now))?;
             tx.freeze_delete()?;
-            tx.insert_audit(AuditEvent::Unfrozen, audit)
+            log::append(tx, AuditEvent::Unfrozen, audit)
         })
     }
 
@@ -382,7 +392,7 @@ impl Store {
 
     /// An audit record for a decision made outside [`Store::gate`] (precheck refusals, other tools).
     pub fn audit(&self, event: AuditEvent, record: &AuditRecord) -> Result<(), StoreError> {
-        self.read(&mut |tx| tx.insert_audit(event, record))
+        self.write(&mut |tx| log::append(tx, event, record))
     }
 
     /// Settled and in-flight spend per currency over `window` before `now` (the same conservative

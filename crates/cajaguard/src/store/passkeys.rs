@@ -183,7 +183,7 @@ impl Store {
         let hash = token_hash(token);
         self.write(&mut |tx| {
             tx.link_insert(&hash, name, expires)?;
-            tx.insert_audit(AuditEvent::Passkey(PasskeyEvent::LinkIssued), audit)
+            super::log::append(tx, AuditEvent::Passkey(PasskeyEvent::LinkIssued), audit)
         })
     }
 
@@ -243,7 +243,7 @@ impl Store {
                     "this passkey is registered already (or was, and was removed): use another authenticator",
                 ));
             }
-            tx.insert_audit(AuditEvent::Passkey(PasskeyEvent::Registered), audit)
+            super::log::append(tx, AuditEvent::Passkey(PasskeyEvent::Registered), audit)
         })
     }
 
@@ -274,7 +274,7 @@ impl Store {
                 row.id(),
                 cajaguard_core::display::terminal(&row.passkey.name)
             ));
-            tx.insert_audit(AuditEvent::Passkey(PasskeyEvent::Removed), &record)?;
+            super::log::append(tx, AuditEvent::Passkey(PasskeyEvent::Removed), &record)?;
             Ok(Some(row.clone()))
         })
     }
@@ -330,7 +330,7 @@ impl Store {
             tx.insert_used(unfreeze.nonce(), &marker, "unfreeze", micros(now))?;
             advance(tx, &counter)?;
             tx.freeze_delete()?;
-            tx.insert_audit(AuditEvent::Unfrozen, audit)
+            super::log::append(tx, AuditEvent::Unfrozen, audit)
         })
     }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use cajaguard_core::approval::{ApprovalDocument, RequestId};
 use cajaguard_core::effect::PendingRequest;
 
-use super::{AuditEvent, AuditRecord, InFlight, PendingRow, StoreError, WindowSpend};
+use super::{InFlight, PendingRow, StoreError, WindowSpend};
 
 /// A ledger row's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +88,7 @@ impl ReleasedBy {
 }
 
 /// The statements a transaction runs. Times are Unix microseconds, amounts minor units.
-pub(super) trait Tx: super::passkeys::PasskeyTx {
+pub(super) trait Tx: super::passkeys::PasskeyTx + super::log::LogTx {
     /// Makes every other gate in `currency` wait until this transaction ends, whatever host it
     /// runs on. SQLite: nothing to do, `BEGIN IMMEDIATE` already holds the database's write lock.
     /// PostgreSQL: a row lock on `currency_locks`.
@@ -189,7 +189,6 @@ pub(super) trait Tx: super::passkeys::PasskeyTx {
     fn pending_list(&mut self) -> Result<Vec<PendingRow>, StoreError>;
     fn pending_get(&mut self, id: &RequestId) -> Result<Option<PendingRow>, StoreError>;
 
-    fn insert_audit(&mut self, event: AuditEvent, r: &AuditRecord) -> Result<(), StoreError>;
     /// The last `limit` decisions on `complete_checkout`, newest first (for the approval page).
     fn recent_decisions(&mut self, limit: i64) -> Result<Vec<super::Decided>, StoreError>;
 }

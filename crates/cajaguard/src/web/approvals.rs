@@ -115,8 +115,14 @@ impl WebApp {
             ttl: APPROVAL_TTL.min(self.policy.approvals.max_ttl),
             nonce: random::<16>()?,
             note: "approved on the CajaGuard page".to_owned(),
+            checkpoint: None,
         };
-        Ok(PasskeyApprovalTerms::new(&terms, None))
+        // The human's approval commits to the log as it is now (SPEC §8): a fresh checkpoint.
+        let checkpoint = self
+            .store
+            .checkpoint(now)
+            .map_err(|e| WebApp::store_failed(&e))?;
+        Ok(PasskeyApprovalTerms::new(&terms, Some(checkpoint)))
     }
 
     /// POST `/requests/<id>/decide` `{"nonce", "credential"}`: the assertion over the terms the

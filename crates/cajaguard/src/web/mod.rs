@@ -164,7 +164,7 @@ impl WebApp {
         (self.clock)()
     }
 
-    fn store_failed(e: &StoreError) -> Response {
+    pub(super) fn store_failed(e: &StoreError) -> Response {
         tracing::warn!(error = %e, "the approval page could not use the store");
         Response::text(503, format!("the store failed: {e}"))
     }

@@ -44,6 +44,7 @@ fn approval_terms(basket: &BasketDigest, decision: Decision) -> ApprovalTerms {
         ttl: Duration::from_secs(15 * 60),
         nonce: [0x42; 16],
         note: "day pack".to_owned(),
+        checkpoint: None,
     }
 }
 

@@ -15,6 +15,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("migrations/0002_claims_freeze.sql"),
     ),
     (3, "passkeys", include_str!("migrations/0003_passkeys.sql")),
+    (
+        4,
+        "audit_log",
+        include_str!("migrations/0004_audit_log.sql"),
+    ),
 ];
 
 /// The latest version this build knows.

@@ -36,6 +36,8 @@
 #[cfg(feature = "postgres")]
 mod connection;
 #[cfg(feature = "postgres")]
+mod log;
+#[cfg(feature = "postgres")]
 mod migrations;
 #[cfg(not(feature = "postgres"))]
 mod missing;

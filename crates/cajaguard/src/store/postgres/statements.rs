@@ -7,9 +7,7 @@ use cajaguard_core::effect::PendingRequest;
 
 use super::transaction::PgTx;
 use crate::store::tx::{ClaimRow, LedgerRow, ReleasedBy, Reservation, State, Tx};
-use crate::store::{
-    AuditEvent, AuditRecord, InFlight, PendingRow, StoreError, WindowSpend, audit, micros, pending,
-};
+use crate::store::{InFlight, PendingRow, StoreError, WindowSpend, pending};
 
 /// The gate's window sum: a range scan of the `spend_buckets` primary key, never the ledger.
 pub(super) const WINDOW_SUM: &str = "SELECT COALESCE(SUM(settled + in_flight), 0)::BIGINT FROM spend_buckets WHERE currency = $1 AND hour >= $2";
@@ -381,31 +379,6 @@ impl Tx for PgTx<'_, '_> {
         )?;
         row.map(|row| pending::decode(self.pending_raw(&row)?))
             .transpose()
-    }
-
-    fn insert_audit(&mut self, event: AuditEvent, r: &AuditRecord) -> Result<(), StoreError> {
-        let (at, latency_us) = audit::columns(r)?;
-        self.execute(
-            "INSERT INTO audit (at, at_us, tool, verdict, reason, merchant, currency, total, request_id,
-                                idempotency_key, checkout_id, latency_us, note)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-            &[
-                &at,
-                &micros(r.at),
-                &r.tool,
-                &event.verdict(),
-                &event.reason(),
-                &r.merchant,
-                &r.currency,
-                &r.total,
-                &r.request_id,
-                &r.idempotency_key,
-                &r.checkout_id,
-                &latency_us,
-                &r.note,
-            ],
-        )?;
-        Ok(())
     }
 
     fn recent_decisions(&mut self, limit: i64) -> Result<Vec<crate::store::Decided>, StoreError> {

@@ -29,6 +29,18 @@ pub(super) fn load(
     dir: &Path,
     id: &RequestId,
 ) -> Result<Vec<(PathBuf, ApprovalDocument)>, StoreError> {
+    load_where(dir, &|name| belongs_to(name, id))
+}
+
+/// Every approval document in `dir` (for the checkpoints they commit to), skipping as [`load`] does.
+pub(super) fn load_all(dir: &Path) -> Result<Vec<(PathBuf, ApprovalDocument)>, StoreError> {
+    load_where(dir, &|name| name.ends_with(".json"))
+}
+
+fn load_where(
+    dir: &Path,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Result<Vec<(PathBuf, ApprovalDocument)>, StoreError> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         // A human removed the folder: there are no approvals, which blocks nothing that needs none.
@@ -49,7 +61,7 @@ pub(super) fn load(
         let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
             continue;
         };
-        if belongs_to(&name, id) {
+        if wanted(&name) {
             names.push(name);
         }
     }

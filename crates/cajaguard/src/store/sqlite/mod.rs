@@ -4,6 +4,7 @@
 //! [`schema::BUSY_TIMEOUT`]). `statements.rs` says each [`Tx`] statement in SQLite's SQL.
 
 pub(super) mod approval_files;
+mod log;
 mod passkeys;
 pub(super) mod schema;
 mod statements;

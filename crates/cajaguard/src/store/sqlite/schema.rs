@@ -37,7 +37,7 @@ fn busy_wait(attempt: i32) -> bool {
     true
 }
 
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 // `spend_buckets` exists so the window sum costs the same with 10^3 or 10^6 ledger rows: it is kept
 // per currency and hour, in the same transactions that change the ledger, and the gate reads only
@@ -234,7 +234,10 @@ fn migrate(conn: &mut Connection, db: &Path) -> Result<(), StoreError> {
             if version < 2 {
                 tx.execute_batch(SCHEMA_V2)?;
             }
-            tx.execute_batch(super::passkeys::SCHEMA_V3)?;
+            if version < 3 {
+                tx.execute_batch(super::passkeys::SCHEMA_V3)?;
+            }
+            tx.execute_batch(super::log::SCHEMA_V4)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
         SCHEMA_VERSION => {}

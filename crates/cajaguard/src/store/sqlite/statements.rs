@@ -10,10 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::approval_files;
 use crate::store::tx::{ClaimRow, LedgerRow, ReleasedBy, Reservation, State, Tx};
-use crate::store::{
-    AuditEvent, AuditRecord, InFlight, PendingRow, StoreError, WindowSpend, audit, from_micros,
-    pending,
-};
+use crate::store::{InFlight, PendingRow, StoreError, WindowSpend, audit, from_micros, pending};
 
 /// The gate's window sum. It must stay a range seek on the `spend_buckets` primary key (see
 /// `explain_window_query` and the scale test).
@@ -414,32 +411,6 @@ impl Tx for SqliteTx<'_> {
             .query_row([id.as_str()], read_pending)
             .optional()?;
         raw.map(pending::decode).transpose()
-    }
-
-    fn insert_audit(&mut self, event: AuditEvent, r: &AuditRecord) -> Result<(), StoreError> {
-        let (at, latency_us) = audit::columns(r)?;
-        self.conn
-            .prepare_cached(
-                "INSERT INTO audit (at, at_us, tool, verdict, reason, merchant, currency, total, request_id,
-                                    idempotency_key, checkout_id, latency_us, note)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-            )?
-            .execute(params![
-                at,
-                crate::store::micros(r.at),
-                r.tool,
-                event.verdict(),
-                event.reason(),
-                r.merchant,
-                r.currency,
-                r.total,
-                r.request_id,
-                r.idempotency_key,
-                r.checkout_id,
-                latency_us,
-                r.note,
-            ])?;
-        Ok(())
     }
 
     fn recent_decisions(&mut self, limit: i64) -> Result<Vec<crate::store::Decided>, StoreError> {

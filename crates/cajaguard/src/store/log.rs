@@ -1,0 +1,361 @@
+//! The audit log's Merkle tree in the store (SPEC §8), written once against [`Tx`]: appending a
+//! record (in the transaction of the event it records), checkpoints, adopting rows written before
+//! the log existed, and reading everything `audit verify` checks.
+//!
+//! **Dense by construction.** A record's index comes from `audit_log.size`, bumped by the same
+//! transaction that inserts it (`UPDATE … RETURNING`), so indexes are handed out in commit order
+//! without gaps: SQLite's write lock serializes the transactions, and on PostgreSQL the head row's
+//! lock does, held from the append to the commit. Every transaction appends last, after its other
+//! writes, so that lock is held only for the commit and is never taken before another lock.
+//!
+//! **Stored hashes** (`audit_log` module of the core) live beside each record in
+//! `audit.log_hashes`: record `n` keeps the `1 + trailing_ones(n)` hashes its append wrote. An
+//! append reads at most `trailing_ones(n)` earlier records' hashes (half the appends read none);
+//! a root reads at most `1 + log2 n`.
+
+use std::cell::RefCell;
+
+use cajaguard_core::approval::ApprovalDocument;
+use cajaguard_core::audit_log::{self, Hash, Leaf, LogSigner, TreeHead};
+
+use super::StoreError;
+use super::audit::{self, AuditEvent, AuditRecord};
+use super::tx::Tx;
+
+/// The statements of the log, as [`Tx`] has the rest (`sqlite/log.rs`, `postgres/log.rs`).
+pub(super) trait LogTx {
+    /// Inserts the audit record `leaf` with the stored hashes of its append (`log.rs`).
+    fn insert_audit(&mut self, leaf: &Leaf, log_hashes: &[u8]) -> Result<(), StoreError>;
+    /// The log's next index, claimed: `audit_log.size` moves on by one in this transaction (and
+    /// PostgreSQL holds the head row's lock until it ends).
+    fn log_next_index(&mut self) -> Result<u64, StoreError>;
+    fn log_head(&mut self) -> Result<Option<LogHead>, StoreError>;
+    fn log_init(&mut self, origin: &str) -> Result<(), StoreError>;
+    /// `(log_index, log_hashes)` of the given records (those that exist).
+    fn log_hashes_of(&mut self, records: &[u64]) -> Result<Vec<(u64, Vec<u8>)>, StoreError>;
+    /// Audit rows written before the log (no `log_index`), oldest first, as leaves with index 0.
+    fn audit_unindexed(&mut self) -> Result<Vec<(i64, Leaf)>, StoreError>;
+    fn audit_adopt(&mut self, row_id: i64, index: u64, log_hashes: &[u8])
+    -> Result<(), StoreError>;
+    /// Up to `limit` records from `from` on, in log order, with their stored hashes.
+    fn audit_leaves(&mut self, from: u64, limit: u64) -> Result<Vec<(Leaf, Vec<u8>)>, StoreError>;
+    /// How many audit rows have no place in the log (none, unless rows were inserted around it).
+    fn audit_outside_log(&mut self) -> Result<u64, StoreError>;
+    /// The latest checkpoint: (tree size, note text).
+    fn checkpoint_latest(&mut self) -> Result<Option<(u64, String)>, StoreError>;
+    /// Every stored checkpoint, by tree size.
+    fn checkpoints_all(&mut self) -> Result<Vec<(u64, String)>, StoreError>;
+    /// Stores a checkpoint; one of that size already stored stays.
+    fn checkpoint_insert(&mut self, size: u64, note: &str, at_us: i64) -> Result<(), StoreError>;
+    fn log_key_add(&mut self, verifier_key: &str, at_us: i64) -> Result<(), StoreError>;
+    fn log_keys(&mut self) -> Result<Vec<String>, StoreError>;
+    /// Every approval document filed (for the checkpoints they commit to), broken ones skipped.
+    fn all_approval_documents(&mut self) -> Result<Vec<ApprovalDocument>, StoreError>;
+    /// Every passkey approval as written.
+    fn all_passkey_approval_texts(&mut self) -> Result<Vec<String>, StoreError>;
+}
+
+/// The log's identity and length, as its head row says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogHead {
+    /// The checkpoint origin, `cajaguard/<random id>`, made with the store.
+    pub origin: String,
+    pub size: u64,
+}
+
+/// Appends the record of `event` as the log's next leaf.
+pub(super) fn append(
+    tx: &mut dyn Tx,
+    event: AuditEvent,
+    record: &AuditRecord,
+) -> Result<(), StoreError> {
+    let index = tx.log_next_index()?;
+    let leaf = audit::leaf(event, record, index)?;
+    let blob = stored_hashes(tx, &leaf)?;
+    tx.insert_audit(&leaf, &blob)
+}
+
+/// The hashes to keep beside `leaf`, as bytes.
+fn stored_hashes(tx: &mut dyn Tx, leaf: &Leaf) -> Result<Vec<u8>, StoreError> {
+    let reader = TxHashes::new(tx);
+    let hashes = audit_log::stored_hashes_for(leaf.index, leaf.hash(), &reader);
+    let hashes = reader.result(hashes)?;
+    Ok(hashes.iter().flat_map(|h| h.0).collect())
+}
+
+/// The root of the first `size` records, from the stored hashes.
+pub(super) fn root(tx: &mut dyn Tx, size: u64) -> Result<Hash, StoreError> {
+    let reader = TxHashes::new(tx);
+    let root = audit_log::root(size, &reader);
+    reader.result(root)
+}
+
+/// Writes a checkpoint of the log as it is now, signed by `signer`, unless the latest one is of
+/// this size already. Returns the latest checkpoint's text.
+pub(super) fn checkpoint(
+    tx: &mut dyn Tx,
+    signer: &LogSigner,
+    now_us: i64,
+) -> Result<String, StoreError> {
+    let head = tx.log_head()?.ok_or_else(no_head)?;
+    if let Some((size, text)) = tx.checkpoint_latest()?
+        && size == head.size
+    {
+        return Ok(text);
+    }
+    let root = root(tx, head.size)?;
+    let text = signer
+        .sign(TreeHead {
+            size: head.size,
+            root,
+        })
+        .map_err(|e| StoreError::Inconsistent(format!("cannot sign a checkpoint: {e}")))?;
+    tx.log_key_add(&signer.verifier_key(), now_us)?;
+    tx.checkpoint_insert(head.size, &text, now_us)?;
+    Ok(text)
+}
+
+/// Makes the head row if the store has none (a new store, or one from before the log), and gives
+/// the rows written before the log their places in it, oldest first.
+pub(super) fn open(tx: &mut dyn Tx, new_origin: &str) -> Result<LogHead, StoreError> {
+    if tx.log_head()?.is_none() {
+        tx.log_init(new_origin)?;
+    }
+    for (row_id, unindexed) in tx.audit_unindexed()? {
+        let index = tx.log_next_index()?;
+        let leaf = Leaf { index, ..unindexed };
+        let blob = stored_hashes(tx, &leaf)?;
+        tx.audit_adopt(row_id, index, &blob)?;
+    }
+    tx.log_head()?.ok_or_else(no_head)
+}
+
+fn no_head() -> StoreError {
+    StoreError::Inconsistent(
+        "the audit log has no head row (table audit_log): the store was altered; \
+         run `cajaguard audit verify`"
+            .to_owned(),
+    )
+}
+
+/// The stored hashes as a `tlog_tiles::HashReader` over the open transaction. The reader's error
+/// type cannot carry a `StoreError`, so the first one is kept here and returned by `result`.
+struct TxHashes<'a> {
+    tx: RefCell<&'a mut dyn Tx>,
+    failed: RefCell<Option<StoreError>>,
+}
+
+impl<'a> TxHashes<'a> {
+    fn new(tx: &'a mut dyn Tx) -> TxHashes<'a> {
+        TxHashes {
+            tx: RefCell::new(tx),
+            failed: RefCell::new(None),
+        }
+    }
+
+    fn result<T>(self, value: Result<T, audit_log::TreeError>) -> Result<T, StoreError> {
+        if let Some(e) = self.failed.into_inner() {
+            return Err(e);
+        }
+        value.map_err(|e| {
+            StoreError::Inconsistent(format!(
+                "the audit log's stored hashes are incomplete ({e}): the store was altered; \
+                 run `cajaguard audit verify`"
+            ))
+        })
+    }
+}
+
+impl audit_log::HashReader for TxHashes<'_> {
+    fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, audit_log::TreeError> {
+        let owners: Vec<(u64, usize)> = indexes
+            .iter()
+            .map(|&i| audit_log::stored_hash_owner(i))
+            .collect();
+        let mut records: Vec<u64> = owners.iter().map(|(record, _)| *record).collect();
+        records.sort_unstable();
+        records.dedup();
+        let found = match self.tx.borrow_mut().log_hashes_of(&records) {
+            Ok(found) => found,
+            Err(e) => {
+                *self.failed.borrow_mut() = Some(e);
+                return Err(audit_log::TreeError::IndexesNotInTree);
+            }
+        };
+        owners
+            .iter()
+            .map(|(record, position)| {
+                found
+                    .iter()
+                    .find(|(index, _)| index == record)
+                    .and_then(|(_, blob)| blob.get(position * 32..position * 32 + 32))
+                    .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+                    .map(Hash)
+                    .ok_or(audit_log::TreeError::IndexesNotInTree)
+            })
+            .collect()
+    }
+}
+
+/// Where the home keeps the log key (Ed25519, PKCS#8 PEM, 0600), made on first use.
+pub const LOG_KEY_FILE: &str = "log.key.pem";
+
+/// Records `audit verify` reads per query.
+const PAGE: u64 = 10_000;
+
+/// What `audit verify` was given beside the store: checkpoints a human kept.
+pub type Anchor = audit_log::Anchor;
+
+impl super::Store {
+    /// Gives the log its head and adopts older rows; run by every open (cheap once done).
+    pub(super) fn open_log(&self) -> Result<LogHead, StoreError> {
+        if let Some(head) = self.read(&mut |tx| tx.log_head())?
+            && self.read(&mut |tx| tx.audit_outside_log())? == 0
+        {
+            return Ok(head);
+        }
+        let mut random = [0u8; 8];
+        getrandom::fill(&mut random).map_err(|e| {
+            StoreError::Inconsistent(format!("no randomness for the log's origin: {e}"))
+        })?;
+        let origin = format!("cajaguard/{}", hex::encode(random));
+        self.write(&mut |tx| open(tx, &origin))
+    }
+
+    /// The log's head (its origin and size).
+    pub fn log_head(&self) -> Result<LogHead, StoreError> {
+        self.read(&mut |tx| tx.log_head())?.ok_or_else(no_head)
+    }
+
+    /// The log key of this home, as a signer for this log (made, 0600, if the home has none).
+    fn log_signer(&self, origin: &str) -> Result<LogSigner, StoreError> {
+        let key = crate::keys::load_or_create_log_key(&self.home.join(LOG_KEY_FILE))?;
+        LogSigner::new(key, origin)
+            .map_err(|e| StoreError::Inconsistent(format!("the log's origin is unusable: {e}")))
+    }
+
+    /// A signed checkpoint of the log as it is now (the latest one if nothing was appended since):
+    /// what an approval commits to, and what a human may keep for `audit verify --checkpoint`.
+    pub fn checkpoint(&self, now: time::OffsetDateTime) -> Result<String, StoreError> {
+        let head = self.log_head()?;
+        let signer = self.log_signer(&head.origin)?;
+        self.write(&mut |tx| checkpoint(tx, &signer, super::micros(now)))
+    }
+
+    /// Checks the whole log (SPEC §8): every record against the hashes stored with it, every
+    /// stored checkpoint's signature and root, and every checkpoint an approval signed under
+    /// `trusted` (or a passkey approval) committed to, plus `anchors`. `Ok(Err(_))` names the
+    /// first bad record; `Err(_)` is a store that cannot be read.
+    pub fn verify_log(
+        &self,
+        trusted: &cajaguard_core::approval::TrustedKeys,
+        mut anchors: Vec<Anchor>,
+    ) -> Result<Result<audit_log::LogSummary, audit_log::Tampering>, StoreError> {
+        let head = self.log_head()?;
+        let outside = self.read(&mut |tx| tx.audit_outside_log())?;
+        if outside > 0 {
+            return Ok(Err(audit_log::Tampering::Checkpoint {
+                source: "the audit table".to_owned(),
+                what: format!(
+                    "{outside} row(s) are not in the log: they were inserted around CajaGuard"
+                ),
+            }));
+        }
+        let mut log = audit_log::LogAuditor::new();
+        loop {
+            let from = log.size();
+            let page = self.read(&mut |tx| tx.audit_leaves(from, PAGE))?;
+            if page.is_empty() {
+                break;
+            }
+            for (leaf, stored) in &page {
+                if let Err(found) = log.push(leaf.index, leaf, stored) {
+                    return Ok(Err(found));
+                }
+            }
+        }
+        let checkpoints: Vec<(String, String)> = self
+            .read(&mut |tx| tx.checkpoints_all())?
+            .into_iter()
+            .map(|(size, text)| (format!("the stored checkpoint of size {size}"), text))
+            .collect();
+        let log_keys = self.read(&mut |tx| tx.log_keys())?;
+        for doc in self.read(&mut |tx| tx.all_approval_documents())? {
+            if let Some(checkpoint) = &doc.checkpoint
+                && cajaguard_core::approval::signed_by_trusted(&doc, trusted)
+            {
+                anchors.push(Anchor {
+                    source: format!("the approval of {} (nonce {})", doc.request_id, doc.nonce),
+                    checkpoint: checkpoint.clone(),
+                });
+            }
+        }
+        let passkey_docs = self
+            .read(&mut |tx| tx.all_passkey_approval_texts())?
+            .into_iter()
+            .filter_map(|text| cajaguard_core::passkey::PasskeyApproval::from_json(&text).ok());
+        for doc in passkey_docs {
+            if let Some(checkpoint) = &doc.terms.checkpoint {
+                anchors.push(Anchor {
+                    source: format!(
+                        "the passkey approval of {} (nonce {})",
+                        doc.terms.request_id, doc.terms.nonce
+                    ),
+                    checkpoint: checkpoint.clone(),
+                });
+            }
+        }
+        Ok(log.finish(&head.origin, head.size, &checkpoints, &log_keys, &anchors))
+    }
+
+    /// An offline proof that record `index` is in the log, against a fresh checkpoint.
+    pub fn log_proof(
+        &self,
+        index: u64,
+        now: time::OffsetDateTime,
+    ) -> Result<Result<audit_log::ProofBundle, String>, StoreError> {
+        let text = self.checkpoint(now)?;
+        let checkpoint = audit_log::read_checkpoint(&text)
+            .map_err(|e| StoreError::Inconsistent(format!("the checkpoint just written: {e}")))?;
+        let head = checkpoint.head;
+        if index >= head.size {
+            return Ok(Err(format!(
+                "the log has {} records (0..{}); there is no record {index}",
+                head.size, head.size
+            )));
+        }
+        let mut log = audit_log::LogAuditor::new();
+        let mut record = None;
+        while log.size() < head.size {
+            let from = log.size();
+            let page = self.read(&mut |tx| tx.audit_leaves(from, PAGE.min(head.size - from)))?;
+            if page.is_empty() {
+                break;
+            }
+            for (leaf, stored) in page {
+                if let Err(found) = log.push(leaf.index, &leaf, &stored) {
+                    return Ok(Err(format!(
+                        "the log is not whole ({found}): run `cajaguard audit verify`"
+                    )));
+                }
+                if leaf.index == index {
+                    record = Some(leaf);
+                }
+            }
+        }
+        let Some(record) = record else {
+            return Ok(Err(format!(
+                "record {index} is missing: run `cajaguard audit verify`"
+            )));
+        };
+        let signer = self.log_signer(&head_origin(&checkpoint))?;
+        Ok(
+            audit_log::ProofBundle::make(&log, record, head, text, signer.verifier_key())
+                .map_err(|e| e.to_string()),
+        )
+    }
+}
+
+fn head_origin(checkpoint: &audit_log::VerifiedCheckpoint) -> String {
+    checkpoint.origin.clone()
+}

@@ -1,0 +1,283 @@
+//! The audit log's tables in PostgreSQL (rules in `store/log.rs`): migration `0004_audit_log.sql`.
+
+use cajaguard_core::approval::ApprovalDocument;
+use cajaguard_core::audit_log::Leaf;
+
+use super::transaction::PgTx;
+use crate::store::StoreError;
+use crate::store::log::{LogHead, LogTx};
+
+/// `audit::LEAF_COLUMNS`, spelled out because statements are cached by their `&'static str`.
+macro_rules! leaf_columns {
+    () => {
+        "log_index, at, at_us, tool, verdict, reason, merchant, currency, total, request_id, \
+         idempotency_key, checkout_id, latency_us, note, log_hashes"
+    };
+}
+
+fn to_i64(value: u64, what: &str) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| StoreError::Inconsistent(format!("{what} is out of range")))
+}
+
+fn to_u64(value: i64, what: &str) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| {
+        StoreError::Inconsistent(format!(
+            "{what} is negative ({value}): the store was altered; run `cajaguard audit verify`"
+        ))
+    })
+}
+
+impl PgTx<'_, '_> {
+    /// A [`Leaf`] and its stored hashes from a row selecting `leaf_columns!()` from `offset` on;
+    /// `index` replaces the row's `log_index` when given (rows not yet in the log).
+    fn leaf_row(
+        &self,
+        row: &postgres::Row,
+        offset: usize,
+        index: Option<u64>,
+    ) -> Result<(Leaf, Vec<u8>), StoreError> {
+        let at_index: Option<i64> = self.get(row, offset)?;
+        let index = match index {
+            Some(index) => index,
+            None => to_u64(at_index.unwrap_or(-1), "a log index")?,
+        };
+        let hashes: Option<Vec<u8>> = self.get(row, offset + 14)?;
+        Ok((
+            Leaf {
+                index,
+                at: self.get(row, offset + 1)?,
+                at_us: self.get(row, offset + 2)?,
+                tool: self.get(row, offset + 3)?,
+                verdict: self.get(row, offset + 4)?,
+                reason: self.get(row, offset + 5)?,
+                merchant: self.get(row, offset + 6)?,
+                currency: self.get(row, offset + 7)?,
+                total: self.get(row, offset + 8)?,
+                request_id: self.get(row, offset + 9)?,
+                idempotency_key: self.get(row, offset + 10)?,
+                checkout_id: self.get(row, offset + 11)?,
+                latency_us: self.get(row, offset + 12)?,
+                note: self.get(row, offset + 13)?,
+            },
+            hashes.unwrap_or_default(),
+        ))
+    }
+}
+
+impl LogTx for PgTx<'_, '_> {
+    fn insert_audit(&mut self, l: &Leaf, log_hashes: &[u8]) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO audit (log_index, at, at_us, tool, verdict, reason, merchant, currency,
+                                total, request_id, idempotency_key, checkout_id, latency_us, note,
+                                log_hashes)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+            &[
+                &to_i64(l.index, "the log index")?,
+                &l.at,
+                &l.at_us,
+                &l.tool,
+                &l.verdict,
+                &l.reason,
+                &l.merchant,
+                &l.currency,
+                &l.total,
+                &l.request_id,
+                &l.idempotency_key,
+                &l.checkout_id,
+                &l.latency_us,
+                &l.note,
+                &log_hashes,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn log_next_index(&mut self) -> Result<u64, StoreError> {
+        let row = self.query_opt(
+            "UPDATE audit_log SET size = size + 1 WHERE id = 1 RETURNING size - 1",
+            &[],
+        )?;
+        let row = row.ok_or_else(|| {
+            StoreError::Inconsistent(
+                "the audit log has no head row: the store was altered; run `cajaguard audit verify`"
+                    .to_owned(),
+            )
+        })?;
+        to_u64(self.get(&row, 0)?, "the audit log's size")
+    }
+
+    fn log_head(&mut self) -> Result<Option<LogHead>, StoreError> {
+        let row = self.query_opt("SELECT origin, size FROM audit_log WHERE id = 1", &[])?;
+        row.map(|row| {
+            Ok(LogHead {
+                origin: self.get(&row, 0)?,
+                size: to_u64(self.get(&row, 1)?, "the audit log's size")?,
+            })
+        })
+        .transpose()
+    }
+
+    fn log_init(&mut self, origin: &str) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO audit_log (id, origin, size) VALUES (1, $1, 0) ON CONFLICT DO NOTHING",
+            &[&origin],
+        )?;
+        Ok(())
+    }
+
+    fn log_hashes_of(&mut self, records: &[u64]) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        let wanted = records
+            .iter()
+            .map(|&r| to_i64(r, "a log index"))
+            .collect::<Result<Vec<i64>, _>>()?;
+        // One round trip for all of them.
+        let rows = self.query(
+            "SELECT log_index, log_hashes FROM audit WHERE log_index = ANY($1)",
+            &[&wanted],
+        )?;
+        let mut found = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let index: i64 = self.get(row, 0)?;
+            let blob: Option<Vec<u8>> = self.get(row, 1)?;
+            if let Some(blob) = blob {
+                found.push((to_u64(index, "a log index")?, blob));
+            }
+        }
+        Ok(found)
+    }
+
+    fn audit_unindexed(&mut self) -> Result<Vec<(i64, Leaf)>, StoreError> {
+        let rows = self.query(
+            concat!(
+                "SELECT id, ",
+                leaf_columns!(),
+                " FROM audit WHERE log_index IS NULL ORDER BY id"
+            ),
+            &[],
+        )?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let id: i64 = self.get(row, 0)?;
+            out.push((id, self.leaf_row(row, 1, Some(0))?.0));
+        }
+        Ok(out)
+    }
+
+    fn audit_adopt(
+        &mut self,
+        row_id: i64,
+        index: u64,
+        log_hashes: &[u8],
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "UPDATE audit SET log_index = $1, log_hashes = $2 WHERE id = $3",
+            &[&to_i64(index, "a log index")?, &log_hashes, &row_id],
+        )?;
+        Ok(())
+    }
+
+    fn audit_leaves(&mut self, from: u64, limit: u64) -> Result<Vec<(Leaf, Vec<u8>)>, StoreError> {
+        let rows = self.query(
+            concat!(
+                "SELECT ",
+                leaf_columns!(),
+                " FROM audit WHERE log_index >= $1 ORDER BY log_index LIMIT $2"
+            ),
+            &[&to_i64(from, "a log index")?, &to_i64(limit, "a limit")?],
+        )?;
+        rows.iter().map(|row| self.leaf_row(row, 0, None)).collect()
+    }
+
+    fn audit_outside_log(&mut self) -> Result<u64, StoreError> {
+        let row = self.query_opt("SELECT count(*) FROM audit WHERE log_index IS NULL", &[])?;
+        let n: i64 = match row {
+            Some(row) => self.get(&row, 0)?,
+            None => 0,
+        };
+        to_u64(n, "a count")
+    }
+
+    fn checkpoint_latest(&mut self) -> Result<Option<(u64, String)>, StoreError> {
+        let row = self.query_opt(
+            "SELECT tree_size, note FROM audit_checkpoints ORDER BY tree_size DESC LIMIT 1",
+            &[],
+        )?;
+        row.map(|row| {
+            Ok((
+                to_u64(self.get(&row, 0)?, "a checkpoint's size")?,
+                self.get(&row, 1)?,
+            ))
+        })
+        .transpose()
+    }
+
+    fn checkpoints_all(&mut self) -> Result<Vec<(u64, String)>, StoreError> {
+        let rows = self.query(
+            "SELECT tree_size, note FROM audit_checkpoints ORDER BY tree_size",
+            &[],
+        )?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    to_u64(self.get(row, 0)?, "a checkpoint's size")?,
+                    self.get(row, 1)?,
+                ))
+            })
+            .collect()
+    }
+
+    fn checkpoint_insert(&mut self, size: u64, note: &str, at_us: i64) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO audit_checkpoints (tree_size, note, written_at) VALUES ($1, $2, $3)
+             ON CONFLICT DO NOTHING",
+            &[&to_i64(size, "a checkpoint's size")?, &note, &at_us],
+        )?;
+        Ok(())
+    }
+
+    fn log_key_add(&mut self, verifier_key: &str, at_us: i64) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO audit_log_keys (verifier_key, added_at) VALUES ($1, $2)
+             ON CONFLICT DO NOTHING",
+            &[&verifier_key, &at_us],
+        )?;
+        Ok(())
+    }
+
+    fn log_keys(&mut self) -> Result<Vec<String>, StoreError> {
+        let rows = self.query(
+            "SELECT verifier_key FROM audit_log_keys ORDER BY added_at",
+            &[],
+        )?;
+        rows.iter().map(|row| self.get(row, 0)).collect()
+    }
+
+    fn all_approval_documents(&mut self) -> Result<Vec<ApprovalDocument>, StoreError> {
+        let rows = self.query(
+            "SELECT document FROM approvals ORDER BY filed_at, nonce",
+            &[],
+        )?;
+        let mut docs = Vec::new();
+        for row in &rows {
+            let text: String = self.get(row, 0)?;
+            match ApprovalDocument::from_json(&text) {
+                Ok(doc) => docs.push(doc),
+                Err(e) => {
+                    tracing::warn!(error = %e, "skipping a stored approval that does not parse")
+                }
+            }
+        }
+        Ok(docs)
+    }
+
+    fn all_passkey_approval_texts(&mut self) -> Result<Vec<String>, StoreError> {
+        let rows = self.query(
+            "SELECT document FROM passkey_approvals ORDER BY filed_at, nonce",
+            &[],
+        )?;
+        rows.iter().map(|row| self.get(row, 0)).collect()
+    }
+}
