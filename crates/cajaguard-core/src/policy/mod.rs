@@ -8,6 +8,7 @@
 //! readers every section uses; `sections` merchants, caps, approvals, store and test mode;
 //! `downstream` the shop's transport, its types and its rules.
 
+use sha2::Digest as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -209,6 +210,9 @@ pub struct Policy {
     pub test_mode: TestModePolicy,
     /// `store`; [`StoreConfig::Sqlite`] when absent.
     pub store: StoreConfig,
+    /// SHA-256 of the config text this was parsed from: every process that loads it says so in
+    /// the audit log (SPEC §8), so the log shows which policy each decision was made under.
+    pub config_sha256: [u8; 32],
 }
 
 /// Where a config came from: its absolute path (relative paths in it resolve against its directory)
@@ -333,6 +337,7 @@ impl Policy {
             approvals,
             test_mode,
             store,
+            config_sha256: sha2::Sha256::digest(text.as_bytes()).into(),
         })
     }
 

@@ -14,6 +14,7 @@ pub fn run(config: &Path) -> Outcome {
     let policy = Arc::new(super::load_policy(config)?);
     let trusted = super::load_trusted(&policy)?;
     let store = super::open_store(&policy)?;
+    super::log_config_loaded(&store, &policy, "cajaguard mcp")?;
     // Plain files over fds 0 and 1: no std buffering layer and no lock per line (see ARCHITECTURE.md).
     let (input, output) =
         stdio_files().map_err(|e| Failure::unexpected(format!("cannot use stdio: {e}")))?;

@@ -4,6 +4,7 @@
 //! human said no, 4 denied.
 
 pub(crate) mod approve;
+mod audit;
 mod client_config;
 mod freeze;
 mod keygen;
@@ -61,6 +62,9 @@ enum Command {
     /// Register (one-time link), list or remove the passkeys that approve on the page.
     #[command(subcommand)]
     Passkey(passkey::Command),
+    /// Check the tamper-evident audit log, and write or check proofs of its records.
+    #[command(subcommand)]
+    Audit(audit::Command),
     /// Print a ready-to-paste MCP client entry (claude-desktop, claude-code, cursor, vscode).
     ClientConfig(client_config::Args),
 }
@@ -98,6 +102,8 @@ pub enum Exit {
     Refused = 3,
     /// `verify`: a human signed a deny.
     Denied = 4,
+    /// `audit verify`, `audit check-proof`: the log was altered.
+    Altered = 5,
 }
 
 impl Exit {
@@ -198,6 +204,7 @@ pub fn main() -> ExitCode {
         Command::Freeze(args) => freeze::freeze(&args),
         Command::Unfreeze(args) => freeze::unfreeze(&args),
         Command::ClientConfig(args) => client_config::run(&args),
+        Command::Audit(command) => audit::run(&command),
         Command::Web(args) => web::run(&args),
         Command::Passkey(command) => passkey::run(&command),
     };
@@ -306,6 +313,27 @@ fn refuse_writable_by_others(config: &Path) -> Result<(), Failure> {
 
 pub fn env(name: &str) -> Option<OsString> {
     std::env::var_os(name).filter(|v| !v.is_empty())
+}
+
+/// Says in the audit log that `tool` started under this config, with the config's SHA-256 (SPEC
+/// §8). A process that cannot write that does not start: its decisions would have no policy.
+pub fn log_config_loaded(
+    store: &crate::store::Store,
+    policy: &Policy,
+    tool: &str,
+) -> Result<(), Failure> {
+    use crate::store::{AuditEvent, AuditRecord};
+    let record = AuditRecord {
+        note: Some(format!(
+            "config {} sha256 {}",
+            cajaguard_core::display::audit(&policy.source.display().to_string()),
+            hex::encode(policy.config_sha256)
+        )),
+        ..AuditRecord::new(time::OffsetDateTime::now_utc(), tool)
+    };
+    store
+        .audit(AuditEvent::ConfigLoaded, &record)
+        .map_err(Failure::from)
 }
 
 /// Opens the store named by the policy (its `store`, else SQLite in `home`).

@@ -17,6 +17,7 @@ pub struct Args {
 pub fn run(args: &Args) -> Outcome {
     let policy = super::load_policy(&args.config)?;
     let store = Arc::new(super::open_store(&policy)?);
+    super::log_config_loaded(&store, &policy, "cajaguard web")?;
     let app = WebApp::new(
         policy,
         store,

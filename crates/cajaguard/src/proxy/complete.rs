@@ -98,7 +98,9 @@ impl Proxy {
             self.elicit(&ruling);
             return refusal(&ruling);
         };
-        self.pay(id, params, permit, &ruling, &quote, &agent, &audit, started)
+        let answer = self.pay(id, params, permit, &ruling, &quote, &agent, &audit, started);
+        self.checkpoint(false);
+        answer
     }
 
     /// Step 3a. A conflict with a payment in flight under another key is reconciled once from the

@@ -76,6 +76,8 @@ pub struct Proxy {
     calls_in_flight: AtomicUsize,
     /// URL-mode elicitation (SPEC §6): what the client declared, and the requests sent already.
     elicitation: elicit::Elicitation,
+    /// When this process last wrote an audit log checkpoint (see `Proxy::checkpoint`).
+    last_checkpoint: Mutex<Option<time::OffsetDateTime>>,
 }
 
 impl Proxy {
@@ -106,6 +108,7 @@ impl Proxy {
             calls: Mutex::new(HashMap::new()),
             calls_in_flight: AtomicUsize::new(0),
             elicitation: elicit::Elicitation::default(),
+            last_checkpoint: Mutex::new(None),
         });
         // Reservations a crash or a silent shop left in flight (SPEC §4.13).
         proxy.spawn_reconciler();
@@ -116,7 +119,10 @@ impl Proxy {
     pub fn serve(self: &Arc<Proxy>, mut input: Box<dyn BufRead + Send>) -> std::io::Result<()> {
         loop {
             let line = match jsonrpc::read_line(&mut input, MAX_AGENT_MESSAGE_BYTES)? {
-                Line::Eof => return Ok(()),
+                Line::Eof => {
+                    self.checkpoint(true);
+                    return Ok(());
+                }
                 Line::TooLong { id } => {
                     let id = id.and_then(|id| RawValue::from_string(id).ok());
                     self.send(&jsonrpc::error(
@@ -342,6 +348,25 @@ impl Proxy {
     }
 
     /// An audit record for `tool` at the current time, the rest to be filled by the caller.
+    /// A checkpoint of the audit log after a write batch (SPEC §8): after a payment, at most once
+    /// a second (the next one covers whatever came between; records without a checkpoint yet
+    /// still verify, they are only not anchored), and always when `force` (the agent hung up).
+    /// Outside the gate's transaction, so it costs the decision nothing; a failure is logged,
+    /// never a refusal (the records it would cover are already committed).
+    fn checkpoint(&self, force: bool) {
+        let now = (self.clock)();
+        {
+            let mut last = lock(&self.last_checkpoint);
+            if !force && last.is_some_and(|at| now - at < time::Duration::SECOND) {
+                return;
+            }
+            *last = Some(now);
+        }
+        if let Err(e) = self.store.checkpoint(now) {
+            tracing::warn!(error = %e, "cannot write an audit log checkpoint");
+        }
+    }
+
     fn audit_record(&self, tool: &str) -> AuditRecord {
         AuditRecord::new((self.clock)(), tool)
     }

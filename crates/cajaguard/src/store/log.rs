@@ -228,10 +228,21 @@ impl super::Store {
     }
 
     /// The log key of this home, as a signer for this log (made, 0600, if the home has none).
-    fn log_signer(&self, origin: &str) -> Result<LogSigner, StoreError> {
+    fn log_signer(&self, origin: &str) -> Result<&LogSigner, StoreError> {
+        if let Some(signer) = self.log_signer.get() {
+            return Ok(signer);
+        }
         let key = crate::keys::load_or_create_log_key(&self.home.join(LOG_KEY_FILE))?;
-        LogSigner::new(key, origin)
-            .map_err(|e| StoreError::Inconsistent(format!("the log's origin is unusable: {e}")))
+        let signer = LogSigner::new(key, origin)
+            .map_err(|e| StoreError::Inconsistent(format!("the log's origin is unusable: {e}")))?;
+        Ok(self.log_signer.get_or_init(|| signer))
+    }
+
+    /// The home's log key as a signed-note verifier key (what `audit check-proof --log-key`
+    /// and a human keeping checkpoints pin).
+    pub fn log_verifier_key(&self) -> Result<String, StoreError> {
+        let head = self.log_head()?;
+        Ok(self.log_signer(&head.origin)?.verifier_key())
     }
 
     /// A signed checkpoint of the log as it is now (the latest one if nothing was appended since):
@@ -239,7 +250,7 @@ impl super::Store {
     pub fn checkpoint(&self, now: time::OffsetDateTime) -> Result<String, StoreError> {
         let head = self.log_head()?;
         let signer = self.log_signer(&head.origin)?;
-        self.write(&mut |tx| checkpoint(tx, &signer, super::micros(now)))
+        self.write(&mut |tx| checkpoint(tx, signer, super::micros(now)))
     }
 
     /// Checks the whole log (SPEC §8): every record against the hashes stored with it, every
@@ -348,14 +359,10 @@ impl super::Store {
                 "record {index} is missing: run `cajaguard audit verify`"
             )));
         };
-        let signer = self.log_signer(&head_origin(&checkpoint))?;
+        let signer = self.log_signer(&checkpoint.origin)?;
         Ok(
             audit_log::ProofBundle::make(&log, record, head, text, signer.verifier_key())
                 .map_err(|e| e.to_string()),
         )
     }
-}
-
-fn head_origin(checkpoint: &audit_log::VerifiedCheckpoint) -> String {
-    checkpoint.origin.clone()
 }

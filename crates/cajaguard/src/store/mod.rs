@@ -118,6 +118,8 @@ pub struct Lease {
 pub struct Store {
     home: PathBuf,
     backend: Backend,
+    /// The home's log key as a signer for this log, read once (`log.rs`).
+    log_signer: std::sync::OnceLock<cajaguard_core::audit_log::LogSigner>,
 }
 
 enum Backend {
@@ -132,6 +134,7 @@ impl Store {
         Store {
             home: home.to_path_buf(),
             backend: Backend::Sqlite(sqlite::Sqlite::open(home)?),
+            log_signer: std::sync::OnceLock::new(),
         }
         .with_log()
     }
@@ -168,6 +171,7 @@ impl Store {
         Store {
             home: home.to_path_buf(),
             backend: Backend::Postgres(self::postgres::Postgres::open(&url)?),
+            log_signer: std::sync::OnceLock::new(),
         }
         .with_log()
     }
