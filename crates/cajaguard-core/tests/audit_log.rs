@@ -238,10 +238,18 @@ fn a_rewritten_history_with_a_fresh_signature_is_found_through_an_approvals_chec
         rewritten.push((l, hashes.iter().flat_map(|h| h.0).collect::<Vec<u8>>()));
     }
     let log = audit(&rewritten).unwrap();
-    let resigned = vec![(
-        "checkpoint 20".to_owned(),
-        checkpoint_of(&rewritten, 20, &key),
-    )];
+    // Re-signed checkpoints, one between the anchors: it matches the rewritten records, which
+    // says nothing about them, so it must not narrow the finding.
+    let resigned = vec![
+        (
+            "checkpoint 10".to_owned(),
+            checkpoint_of(&rewritten, 10, &key),
+        ),
+        (
+            "checkpoint 20".to_owned(),
+            checkpoint_of(&rewritten, 20, &key),
+        ),
+    ];
     let found = log
         .finish(ORIGIN, 20, &resigned, &[key.verifier_key()], &anchors)
         .unwrap_err();

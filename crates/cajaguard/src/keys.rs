@@ -261,6 +261,17 @@ pub fn load_or_create_log_key(path: &Path) -> Result<SigningKey, crate::store::S
         other => return other.map_err(log_key_err),
     }
     let dir = path.parent().unwrap_or(Path::new("."));
+    // With the shared store the home may not exist yet: it holds only this key then.
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| {
+            log_key_err(KeyError::Write {
+                path: dir.to_path_buf(),
+                source,
+            })
+        })?;
     let key = generate_signing_key().map_err(log_key_err)?;
     let pem = key
         .to_pkcs8_pem()

@@ -232,6 +232,20 @@ fn sigkill_at_any_point_of_complete_checkout_loses_nothing_and_double_counts_not
             (b, a) if b == a => points.before_reservation += 1,
             _ => points.after_settle += 1,
         }
+        // The audit log, killed mid-append or not, is whole (SPEC §8: a crash at any instant).
+        let store = cajaguard::store::Store::open(&world.home).unwrap();
+        let whole = store
+            .verify_log(
+                &cajaguard_core::approval::TrustedKeys(Vec::new()),
+                Vec::new(),
+            )
+            .unwrap();
+        assert!(
+            whole.is_ok(),
+            "trial {trial} (seed {seed}): the audit log does not verify after a kill: {}",
+            whole.err().map(|t| t.to_string()).unwrap_or_default()
+        );
+        drop(store);
         let (settled, in_flight) = window_spend(&world);
         assert!(
             settled + in_flight <= WINDOW,
@@ -246,6 +260,20 @@ fn sigkill_at_any_point_of_complete_checkout_loses_nothing_and_double_counts_not
         started.elapsed(),
         approvals_signed.values().sum::<usize>()
     );
+    // And with the approvals' checkpoints as anchors, through the CLI a human would run.
+    let audit = world.cli(&["audit", "verify"]);
+    assert!(
+        audit.status.success(),
+        "audit verify after the kills: {}",
+        String::from_utf8_lossy(&audit.stderr)
+    );
+    if approvals_signed.values().sum::<usize>() > 0 {
+        let said = String::from_utf8_lossy(&audit.stderr);
+        assert!(
+            !said.contains("and 0 checkpoint(s) held by approvals"),
+            "the approvals' checkpoints were not checked: {said}"
+        );
+    }
 
     // Let every reservation go stale (twice the 1 s timeout) and every orphaned shop finish, then
     // one more start reconciles them all with the shop.

@@ -222,6 +222,15 @@ impl super::Store {
         self.write(&mut |tx| open(tx, &origin))
     }
 
+    /// Up to `limit` records of the log from index `from` on, as their leaves.
+    pub fn log_records(&self, from: u64, limit: u64) -> Result<Vec<Leaf>, StoreError> {
+        Ok(self
+            .read(&mut |tx| tx.audit_leaves(from, limit))?
+            .into_iter()
+            .map(|(leaf, _)| leaf)
+            .collect())
+    }
+
     /// The log's head (its origin and size).
     pub fn log_head(&self) -> Result<LogHead, StoreError> {
         self.read(&mut |tx| tx.log_head())?.ok_or_else(no_head)
