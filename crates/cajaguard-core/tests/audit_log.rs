@@ -328,3 +328,36 @@ fn a_proof_bundle_verifies_offline_and_a_changed_record_does_not() {
         assert!(read.verify(Some(&[signer(2).verifier_key()])).is_err());
     }
 }
+
+/// The example checkpoint of C2SP `tlog-checkpoint` / `tlog-witness`, verbatim.
+const C2SP_CHECKPOINT: &str = "example.com/behind-the-sofa\n\
+    20852163\n\
+    CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n\
+    \n\
+    \u{2014} example.com/behind-the-sofa Az3grlgtzPICa5OS8npVmf1Myq/5IZniMp+ZJurmRDeOoRDe4URYN7u5/Zhcyv2q1gGzGku9nTo+zyWE+xeMcTOAYQ8=\n";
+
+#[test]
+fn the_c2sp_example_checkpoint_reads_and_is_not_ours() {
+    use base64::Engine as _;
+    let read = cajaguard_core::audit_log::read_checkpoint(C2SP_CHECKPOINT).unwrap();
+    assert_eq!(read.origin, "example.com/behind-the-sofa");
+    assert_eq!(read.head.size, 20_852_163);
+    let root = base64::engine::general_purpose::STANDARD
+        .decode("CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=")
+        .unwrap();
+    assert_eq!(read.head.root.0.to_vec(), root);
+    // Signed by a key this log does not know: read, never verified.
+    assert!(matches!(
+        cajaguard_core::audit_log::verify_checkpoint(C2SP_CHECKPOINT, &[signer(1).verifier_key()]),
+        Err(cajaguard_core::audit_log::CheckpointError::UnknownKey(_))
+    ));
+    // Our own checkpoints are in the same format, line for line.
+    let ours = signer(1)
+        .sign(read.head)
+        .unwrap()
+        .replace(ORIGIN, "example.com/behind-the-sofa");
+    assert_eq!(
+        ours.split("\n\n").next(),
+        C2SP_CHECKPOINT.split("\n\n").next()
+    );
+}

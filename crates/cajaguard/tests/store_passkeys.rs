@@ -270,6 +270,43 @@ mod cajaguard_core_test_support {
     }
 }
 
+/// Two first registrations at once, from two stores (two processes or hosts): exactly one is
+/// trusted on first use, over rounds of fresh stores (the PostgreSQL race needs the lock).
+fn two_first_registrations_at_once_trust_only_one(kind: Kind) {
+    for round in 0..12 {
+        let Some(fx) = open(kind) else { return };
+        let home = fx._tmp.path().join("home");
+        let other = match kind {
+            Kind::Sqlite => Store::open(&home).unwrap(),
+            Kind::Postgres => fixtures::open_store(&home, Some(&fx._schema.as_ref().unwrap().url)),
+        };
+        link(&fx.store, "a");
+        link(&other, "b");
+        let barrier = std::sync::Barrier::new(2);
+        let results: Vec<bool> = std::thread::scope(|scope| {
+            let runs: Vec<_> = [(&fx.store, "a", 1u8), (&other, "b", 2u8)]
+                .into_iter()
+                .map(|(store, token, id)| {
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        barrier.wait();
+                        store
+                            .register_passkey(token, &passkey(id, 0), None, NOW, &audit())
+                            .is_ok()
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        assert_eq!(
+            results.iter().filter(|ok| **ok).count(),
+            1,
+            "round {round}: {results:?}"
+        );
+        assert_eq!(fx.store.passkeys().unwrap().len(), 1, "round {round}");
+    }
+}
+
 macro_rules! both {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -283,6 +320,7 @@ macro_rules! both {
 
 both!(
     registration_is_one_time_and_first_use_only,
+    two_first_registrations_at_once_trust_only_one,
     passkey_approvals_are_filed_once_per_nonce,
     an_unfreeze_by_passkey_names_the_freeze_and_moves_the_counter_once,
     recent_decisions_are_the_gates_newest_first,

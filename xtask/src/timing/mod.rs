@@ -4,6 +4,7 @@
 //! start; and the floors: one fsync on the home's disk, one Ed25519 verify, one pipe round trip,
 //! one process spawn.
 
+mod audit;
 mod core;
 mod floors;
 mod mcp;
@@ -186,6 +187,8 @@ pub fn run(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> Result<Timi
 
     progress("seeding the ledgers; fsync floor and Store::gate, interleaved");
     crate::scenarios::caught(|| store::store_rows(&mut t, homes.path(), sizes, progress))?;
+
+    crate::scenarios::caught(|| audit::audit_rows(&mut t, homes.path(), sizes, progress))?;
 
     progress("MCP round trips: straight to the shop and through cajaguard mcp");
     crate::scenarios::caught(|| mcp::round_trip_rows(&mut t, &setup, sizes))?;

@@ -222,6 +222,17 @@ impl super::Store {
         self.write(&mut |tx| open(tx, &origin))
     }
 
+    /// Several audit records of one `event` in one transaction (a bulk import; the report's
+    /// measure of what one append adds to a transaction).
+    pub fn audit_many(&self, event: AuditEvent, records: &[AuditRecord]) -> Result<(), StoreError> {
+        self.write(&mut |tx| {
+            for record in records {
+                append(tx, event, record)?;
+            }
+            Ok(())
+        })
+    }
+
     /// Up to `limit` records of the log from index `from` on, as their leaves.
     pub fn log_records(&self, from: u64, limit: u64) -> Result<Vec<Leaf>, StoreError> {
         Ok(self

@@ -57,6 +57,10 @@ pub(super) struct LinkRow {
 pub(super) trait PasskeyTx {
     /// Registered passkeys, not removed, oldest first.
     fn passkey_list(&mut self) -> Result<Vec<PasskeyRow>, StoreError>;
+    /// Makes every other registration wait until this transaction ends, so two first
+    /// registrations cannot both see an empty table and both be trusted on first use. SQLite:
+    /// nothing to do (`BEGIN IMMEDIATE`). PostgreSQL: a transaction advisory lock.
+    fn lock_passkeys(&mut self) -> Result<(), StoreError>;
     /// Whether any passkey was ever registered (removed ones included).
     fn passkey_ever(&mut self) -> Result<bool, StoreError>;
     /// The passkey with this credential id, unless removed.
@@ -218,6 +222,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let hash = token_hash(token);
         self.write(&mut |tx| {
+            tx.lock_passkeys()?;
             match tx.link_get(&hash)? {
                 Some(link) if !link.used && micros(now) < link.expires_us => {}
                 _ => return Err(StoreError::PasskeyRefused(

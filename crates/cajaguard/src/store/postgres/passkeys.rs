@@ -43,6 +43,15 @@ impl PasskeyTx for PgTx<'_, '_> {
         rows.iter().map(|r| self.passkey_row(r)).collect()
     }
 
+    fn lock_passkeys(&mut self) -> Result<(), StoreError> {
+        // Keyed by the schema, as the migrations' lock is, so stores in other schemas never wait.
+        self.query(
+            "SELECT pg_advisory_xact_lock(hashtext('cajaguard-passkeys:' || current_schema()))",
+            &[],
+        )?;
+        Ok(())
+    }
+
     fn passkey_ever(&mut self) -> Result<bool, StoreError> {
         Ok(self
             .query_opt("SELECT 1 FROM passkeys LIMIT 1", &[])?

@@ -84,6 +84,10 @@ impl PasskeyTx for SqliteTx<'_> {
         raws.into_iter().map(row).collect()
     }
 
+    fn lock_passkeys(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     fn passkey_ever(&mut self) -> Result<bool, StoreError> {
         Ok(self
             .conn
