@@ -208,6 +208,7 @@ impl Proxy {
             digest,
             self.policy.window,
             now,
+            self.policy.approvals.reads_passkey_approvals(),
             &mut decide,
             &audit,
         ) {
