@@ -9,6 +9,7 @@
 //! `target/report/` unless `--out` says otherwise, so it never overwrites the committed report.
 
 mod basket;
+mod passkey;
 mod render;
 mod scenarios;
 mod stats;

@@ -1,5 +1,5 @@
 //! Every scenario of SPEC §10, and the project's own (racing processes, a lost answer, a raced
-//! approval, a kill -9), end to end: `cajaguard mcp` as a real child process in front of a real
+//! approval, a kill -9, a passkey approval), end to end: `cajaguard mcp` as a real child process in front of a real
 //! shop, from a fresh home per flow, with keys made by `cajaguard keygen` and the real store.
 //! "Reached shop" is read from the shop's own record of the calls it received.
 //!
@@ -168,7 +168,7 @@ pub fn run(scratch: &Path, progress: &dyn Fn(&str)) -> Scenarios {
             }
         })
         .collect();
-    let project_flows: [(&str, &str, ProjectFlow); 9] = [
+    let project_flows: [(&str, &str, ProjectFlow); 10] = [
         (
             "8 processes race split purchases (USD 45.00 each) on one home",
             "3 allow / 5 over_window_cap, 3 reached shop, USD 135.00 counted",
@@ -213,6 +213,11 @@ pub fn run(scratch: &Path, progress: &dyn Fn(&str)) -> Scenarios {
             "shop completes USD 26.00 for a USD 24.00 quote",
             "mismatch [total], USD 26.00 counted, another process blocked/frozen, unfreeze needs the human (exit 2 without), then within_caps",
             crate::basket::mismatched_charge_freezes,
+        ),
+        (
+            "a passkey-approved payment (approvals.require \"passkey\", Day pack USD 89.00)",
+            "blocked/pending_approval, not forwarded; the agent's own key-file approval blocked/approval_untrusted_key (no approver key counts), not forwarded; an unregistered passkey refused by the page (403); the page's passkey approval (200), then the retry allow_approved/signed_approval, reached shop; 1 complete, USD 89.00 counted",
+            crate::passkey::passkey_approved_payment,
         ),
     ];
     let project = project_flows

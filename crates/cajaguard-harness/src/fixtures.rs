@@ -272,7 +272,9 @@ pub fn claim_and_gate(
         &digest,
         window,
         now,
-        // These worlds file key-file approvals only: the passkey candidates are not looked at.
+        // These worlds' policies have no approval page (`reads_passkey_approvals()` is false), so
+        // the store reads no passkey approval, as the proxy's gate does for them.
+        false,
         &mut |ledger, approvals, _passkeys| decide(ledger, approvals),
         &AuditRecord::new(now, "complete_checkout"),
     )

@@ -297,8 +297,14 @@ impl World {
 
     /// Runs `cajaguard ARGS --config FILE` with the world's key dir.
     pub fn cli(&self, args: &[&str]) -> Output {
+        self.cli_with(&self.config, args)
+    }
+
+    /// Runs `cajaguard ARGS --config CONFIG` as [`World::cli`] does, with another config (one an
+    /// agent wrote for itself, say).
+    pub fn cli_with(&self, config: &Path, args: &[&str]) -> Output {
         let xdg = self.dir.path().join(".config");
-        cli(args, &self.config, self.dir.path(), &self.key_dir)
+        cli(args, config, self.dir.path(), &self.key_dir)
             .env("XDG_CONFIG_HOME", xdg)
             .env(TOKEN_VAR, SHOP_TOKEN)
             .output()

@@ -178,6 +178,7 @@ fn gate_id(
         digest,
         DAY,
         now,
+        true,
         &mut |view, approvals, _| {
             calls += 1;
             seen = Some((view.clone(), approvals.to_vec()));
@@ -682,6 +683,7 @@ fn a_panicking_decide_leaves_the_store_usable(fx: &Fixture) {
             &d(1),
             DAY,
             NOW,
+            true,
             &mut |_, _, _| panic!("decide failed"),
             &record(NOW),
         );
@@ -1383,6 +1385,7 @@ fn an_abandoned_claim_lapses_only_without_a_reservation(fx: &Fixture) {
             &d(1),
             DAY,
             late,
+            true,
             &mut |_, _, _| forward("USD", 2400, None),
             &record(late),
         )
@@ -1495,6 +1498,7 @@ fn a_refusal_of_an_attempt_retried_since_releases_nothing(fx: &Fixture) {
                 &d(1),
                 DAY,
                 now,
+                true,
                 &mut |_, _, _| outcome.clone(),
                 &record(now),
             )

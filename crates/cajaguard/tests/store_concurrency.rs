@@ -59,6 +59,7 @@ fn gate(
             digest,
             DAY,
             NOW,
+            true,
             &mut |ledger, approvals, _passkeys| decide(ledger, approvals),
             &AuditRecord::new(NOW, "complete_checkout"),
         )

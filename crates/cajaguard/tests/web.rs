@@ -178,6 +178,7 @@ fn gate(w: &World, key: &str) -> Outcome {
             &digest,
             w.policy.window,
             now,
+            w.policy.approvals.reads_passkey_approvals(),
             &mut |ledger, approvals, passkey_approvals| {
                 gate::decide(
                     &w.policy,

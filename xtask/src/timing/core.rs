@@ -1,5 +1,6 @@
 //! The pure decision, timed in process: `decide` (allow, blocked, with approval verification),
-//! the request digest and the tripwire, on the core bench's ~2 KB inputs.
+//! the request digest, the key-file and passkey approval verifies, and the tripwire, on the core
+//! bench's ~2 KB inputs.
 
 use std::time::Duration;
 
@@ -7,6 +8,10 @@ use anyhow::{Result, anyhow, bail};
 use cajaguard_core::approval::{self, ApprovalDocument, BasketDigest, SigningKey, TrustedKeys};
 use cajaguard_core::effect::{ApprovalCandidate, CheckoutLedger, LedgerView, Outcome};
 use cajaguard_core::gate::{self, Facts};
+use cajaguard_core::passkey::soft_authenticator::SoftAuthenticator;
+use cajaguard_core::passkey::{
+    self, PasskeyApproval, PasskeyApprovalTerms, PasskeyRegistry, RegisteredPasskey, RelyingParty,
+};
 use cajaguard_core::policy::Policy;
 use cajaguard_core::quote::Quote;
 use cajaguard_core::request::CompleteRequest;
@@ -16,7 +21,8 @@ use cajaguard_harness::fixtures;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
-use super::{Sizes, Timing};
+use super::{Sizes, Target, Timing, floor_row, floors};
+use crate::stats::Summary;
 
 /// The core bench's inputs: a policy, ~2 KB arguments, ~2 KB checkouts, an approval.
 pub(super) struct CoreInputs {
@@ -196,6 +202,8 @@ pub(super) fn core_rows(t: &mut Timing, sizes: Sizes) -> Result<()> {
         },
     )?;
 
+    passkey_rows(t, &c, sizes)?;
+
     // The card number sits at the end of the ~2 KB arguments: the scan reads them all.
     let mut with_pan = c.args.clone();
     with_pan["context"]["history"] = json!(["search socks", "paid with 4111 1111 1111 1111"]);
@@ -225,5 +233,85 @@ pub(super) fn core_rows(t: &mut Timing, sizes: Sizes) -> Result<()> {
         },
     )?;
     row.p50_at_most("<= 10 µs p50", 10_000.0);
+    Ok(())
+}
+
+/// An ES256 passkey approval of the big basket as the page files it, made by the software
+/// authenticator, and the passkey it was registered as (on the page's relying party).
+struct PasskeyInputs {
+    rp: RelyingParty,
+    registered: RegisteredPasskey,
+    document: PasskeyApproval,
+}
+
+fn passkey_inputs(c: &CoreInputs) -> Result<PasskeyInputs> {
+    let rp = RelyingParty::localhost(8377);
+    let mut auth = SoftAuthenticator::es256();
+    let challenge = [0x33_u8; 32];
+    let registered =
+        passkey::verify_registration(&rp, &challenge, &auth.register(&challenge), "report")
+            .map_err(|r| anyhow!("the software authenticator did not register: {r:?}"))?;
+    let terms = PasskeyApprovalTerms::new(
+        &approval::ApprovalTerms {
+            ttl: Duration::from_secs(600),
+            note: "report".into(),
+            ..fixtures::approval_terms(
+                c.digest,
+                &c.big.checkout_id,
+                c.big.total,
+                c.now - time::Duration::minutes(1),
+            )
+        },
+        None,
+    );
+    let assertion = auth.assert(&terms.challenge());
+    Ok(PasskeyInputs {
+        rp,
+        registered,
+        document: PasskeyApproval { terms, assertion },
+    })
+}
+
+/// The passkey approval verify beside a bare P-256 verify of a message of the same shape, both
+/// measured here, the floor first.
+fn passkey_rows(t: &mut Timing, c: &CoreInputs, sizes: Sizes) -> Result<()> {
+    let p = passkey_inputs(c)?;
+    let assertion = &p.document.assertion;
+    t.floors.push(floor_row(
+        "p256",
+        "P-256 ECDSA verify (authenticator data || SHA-256(client data), as a passkey signs)",
+        Summary::of(&floors::p256_floor(
+            &assertion.authenticator_data,
+            &assertion.client_data_json,
+            sizes.crypto,
+        )?),
+    ));
+    // What the gate runs for each passkey candidate (core `gate::find_approvals`): the registry
+    // of the one passkey the document names, then `verify_passkey_approval`.
+    let row = t.timed(
+        "passkey_verify_es256",
+        "passkey assertion verify (ES256): PasskeyRegistry::new + verify_passkey_approval(), as the gate checks one passkey approval",
+        "p256",
+        sizes.crypto,
+        || {
+            let registry = PasskeyRegistry::new(std::slice::from_ref(&p.registered))
+                .map_err(|r| anyhow!("the registered passkey does not parse: {r:?}"))?;
+            passkey::verify_passkey_approval(
+                std::hint::black_box(&p.document),
+                &registry,
+                &p.rp,
+                &c.digest,
+                c.now,
+                Duration::from_secs(900),
+            )
+            .map(|_| ())
+            .map_err(|r| anyhow!("the passkey approval did not verify: {r:?}"))
+        },
+    )?;
+    let ratio = row.ratio_to_floor;
+    row.target = Some(Target {
+        goal: "<= 1.5x the P-256 verify floor".into(),
+        met: ratio.is_some_and(|r| r <= 1.5),
+    });
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! The physical floors each cost is shown beside: one fsync on the home's disk, one Ed25519
-//! verify, one pipe round trip, one process spawn.
+//! verify, one P-256 ECDSA verify, one pipe round trip, one process spawn.
 
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
@@ -37,6 +37,28 @@ pub(super) fn ed25519_floor(n: usize) -> Result<Vec<Duration>> {
     time_n(n, || {
         public
             .verify_strict(std::hint::black_box(&message), &signature)
+            .map_err(|e| anyhow!("{e}"))
+    })
+}
+
+/// One P-256 ECDSA verify of what a WebAuthn assertion signs, `authenticator_data ||
+/// SHA-256(client_data_json)`, built from a real assertion's bytes so the message has the same
+/// shape (and length) as the passkey approval's; the key is this floor's own.
+pub(super) fn p256_floor(
+    authenticator_data: &[u8],
+    client_data_json: &[u8],
+    n: usize,
+) -> Result<Vec<Duration>> {
+    use p256::ecdsa::signature::{Signer, Verifier};
+    use sha2::{Digest as _, Sha256};
+    let key = p256::ecdsa::SigningKey::from_slice(&[9u8; 32]).map_err(|e| anyhow!("{e}"))?;
+    let public = *key.verifying_key();
+    let mut message = authenticator_data.to_vec();
+    message.extend_from_slice(&Sha256::digest(client_data_json));
+    let signature: p256::ecdsa::Signature = key.sign(&message);
+    time_n(n, || {
+        public
+            .verify(std::hint::black_box(&message), &signature)
             .map_err(|e| anyhow!("{e}"))
     })
 }

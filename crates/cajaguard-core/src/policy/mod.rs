@@ -59,6 +59,16 @@ impl ApprovalPolicy {
             .filter(|_| self.require.accepts_passkey())
             .map(|web| web.relying_party())
     }
+
+    /// Whether the gate's decision reads passkey approvals at all: only with the page, the one
+    /// relying party a passkey could have signed for (`gate::decide` looks at none without it).
+    /// Not only when `require` accepts them: under `"key"` a passkey deny filed earlier still
+    /// refuses (a deny of any kind does), and a passkey approve is named in the refusal as the
+    /// kind that does not count. When this is false the store does not read them, which saves a
+    /// query on every decision of the default config.
+    pub fn reads_passkey_approvals(&self) -> bool {
+        self.web.is_some()
+    }
 }
 
 /// `approvals.require` (SPEC §6): which kinds of approval the gate accepts.

@@ -210,6 +210,7 @@ impl Proxy {
             digest,
             self.policy.window,
             now,
+            self.policy.approvals.reads_passkey_approvals(),
             &mut decide,
             &audit,
         ) {

@@ -34,6 +34,9 @@ impl Store {
     /// the inputs where `audit` leaves them empty. Its latency is `audit.latency` plus the time spent
     /// in here up to the write.
     ///
+    /// `read_passkeys` is the policy's `approvals.reads_passkey_approvals()`: when false, no
+    /// passkey approval is read and `decide` is given none (it would look at none).
+    ///
     /// The payment must still hold `claim` ([`StoreError::ClaimLost`] otherwise). A refusal ends
     /// the claim in the same transaction (unless it belongs to a reservation in flight); a
     /// forward keeps it until the settlement, and comes with the [`Permit`].
@@ -46,6 +49,7 @@ impl Store {
         digest: &BasketDigest,
         window: Duration,
         now: OffsetDateTime,
+        read_passkeys: bool,
         decide: &mut Decide<'_>,
         audit: &AuditRecord,
     ) -> Result<Gated, StoreError> {
@@ -64,7 +68,12 @@ impl Store {
             tx.lock_checkout(&request.checkout_id)?;
             let view = ledger::view(tx, &quote.currency, &request.checkout_id, window, now)?;
             let candidates = approvals::candidates(tx, request_id)?;
-            let passkey_candidates = passkeys::candidates(tx, request_id)?;
+            // Without the page no passkey approval can count or deny: one query less per decision.
+            let passkey_candidates = if read_passkeys {
+                passkeys::candidates(tx, request_id)?
+            } else {
+                Vec::new()
+            };
             let outcome = decide(&view, &candidates, &passkey_candidates);
             // Nothing goes out without the claim: another attempt may have taken over one that
             // looked abandoned. (A refusal needs none: a settlement may have ended it just now.)
