@@ -116,6 +116,7 @@ fn store_with_a_passkey_deny(home: &Path) -> Store {
             ttl: Duration::from_secs(600),
             nonce: [0x42; 16],
             note: String::new(),
+            checkpoint: None,
         },
         None,
     );
