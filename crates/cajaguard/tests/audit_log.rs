@@ -247,6 +247,54 @@ fn a_proof_of_a_record_verifies_offline(kind: Kind) {
     assert!(fx.store.log_proof(9, NOW).unwrap().is_err());
 }
 
+/// A store from before the log (schema version 3, migration 3) opens with its audit rows given
+/// their places in the log, oldest first, and the log verifies and grows from there.
+fn rows_written_before_the_log_are_adopted_in_order(kind: Kind) {
+    let Some(fx) = open(kind) else { return };
+    fx.write(5);
+    let before: Vec<_> = fx
+        .store
+        .log_records(0, 100)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.checkout_id)
+        .collect();
+    // Back to the schema before the log, as an older CajaGuard left it.
+    let downgrade = "DROP INDEX audit_log_index;
+         ALTER TABLE audit DROP COLUMN log_index;
+         ALTER TABLE audit DROP COLUMN log_hashes;
+         DROP TABLE audit_log;
+         DROP TABLE audit_checkpoints;
+         DROP TABLE audit_log_keys;";
+    match kind {
+        Kind::Sqlite => fx.sql(&format!("{downgrade} PRAGMA user_version = 3;")),
+        Kind::Postgres => fx.sql(&format!(
+            "{downgrade} DELETE FROM schema_migrations WHERE version = 4;"
+        )),
+    }
+    let home = fx.tmp.path().join("home");
+    let reopened = match kind {
+        Kind::Sqlite => Store::open(&home).unwrap(),
+        Kind::Postgres => fixtures::open_store(&home, Some(&fx.schema.as_ref().unwrap().url)),
+    };
+    let after: Vec<_> = reopened
+        .log_records(0, 100)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.checkout_id)
+        .collect();
+    assert_eq!(after, before);
+    let record = AuditRecord::new(NOW, "complete_checkout");
+    reopened
+        .audit(AuditEvent::Settled(SettledAs::Released), &record)
+        .unwrap();
+    let summary = reopened
+        .verify_log(&TrustedKeys(Vec::new()), Vec::new())
+        .unwrap()
+        .unwrap();
+    assert_eq!(summary.records, 6);
+}
+
 macro_rules! both_backends {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -267,4 +315,5 @@ both_backends!(
     a_truncated_tail_is_named_through_an_approvals_checkpoint,
     a_history_rewritten_and_resigned_is_found_through_an_approvals_checkpoint,
     a_proof_of_a_record_verifies_offline,
+    rows_written_before_the_log_are_adopted_in_order,
 );
