@@ -142,10 +142,7 @@ fn a_whole_log_verifies_against_its_checkpoints_and_anchors() {
     let key = signer(1);
     let log = audit(&rows).unwrap();
     let stored = vec![("checkpoint 20".to_owned(), checkpoint_of(&rows, 20, &key))];
-    let anchors = vec![Anchor {
-        source: "approval a".into(),
-        checkpoint: checkpoint_of(&rows, 13, &key),
-    }];
+    let anchors = vec![anchor("approval a", checkpoint_of(&rows, 13, &key), false)];
     let summary = log
         .finish(ORIGIN, 20, &stored, &[key.verifier_key()], &anchors)
         .unwrap();
@@ -200,6 +197,7 @@ fn a_truncated_tail_is_named_through_an_approvals_checkpoint() {
     let anchor = Anchor {
         source: "approval cg-1".into(),
         checkpoint: checkpoint_of(&rows, 18, &key),
+        kept_by_human: false,
     };
     let log = audit(&rows[..15]).unwrap();
     // The head row and the stored checkpoints were cut back too: only the approval remembers.
@@ -218,10 +216,12 @@ fn a_rewritten_history_with_a_fresh_signature_is_found_through_an_approvals_chec
         Anchor {
             source: "approval early".into(),
             checkpoint: checkpoint_of(&honest, 5, &key),
+            kept_by_human: false,
         },
         Anchor {
             source: "approval late".into(),
             checkpoint: checkpoint_of(&honest, 12, &key),
+            kept_by_human: false,
         },
     ];
     // Record 8 rewritten, every hash after it recomputed and the checkpoints re-signed: the log
@@ -282,22 +282,83 @@ fn a_stored_checkpoint_not_signed_by_the_log_key_is_named() {
     assert!(matches!(found, Tampering::Checkpoint { .. }), "{found}");
 }
 
+fn anchor(source: &str, checkpoint: String, kept_by_human: bool) -> Anchor {
+    Anchor {
+        source: source.into(),
+        checkpoint,
+        kept_by_human,
+    }
+}
+
 #[test]
-fn an_anchor_of_another_log_is_counted_apart_and_not_checked() {
+fn anchors_of_another_log_are_counted_apart_unless_they_are_all_there_is() {
     let rows = written(10);
     let log = audit(&rows).unwrap();
     let other = LogSigner::new(SigningKey::from_seed(&[3; 32]), "cajaguard/other").unwrap();
-    let anchors = [Anchor {
-        source: "moved approval".into(),
-        checkpoint: other
-            .sign(TreeHead {
-                size: 99,
-                root: Hash([1; 32]),
-            })
-            .unwrap(),
-    }];
-    let summary = log.finish(ORIGIN, 10, &[], &[], &anchors).unwrap();
-    assert_eq!((summary.anchors, summary.foreign_anchors), (0, 1));
+    let foreign = other
+        .sign(TreeHead {
+            size: 99,
+            root: Hash([1; 32]),
+        })
+        .unwrap();
+    let own = checkpoint_of(&rows, 6, &signer(1));
+    // One approval moved in from another home, beside this log's own: counted apart.
+    let both = [
+        anchor("moved approval", foreign.clone(), false),
+        anchor("approval", own, false),
+    ];
+    let summary = log.finish(ORIGIN, 10, &[], &[], &both).unwrap();
+    assert_eq!((summary.anchors, summary.foreign_anchors), (1, 1));
+    // Every approval of another log is what changing this log's origin looks like.
+    let only = [anchor("moved approval", foreign.clone(), false)];
+    let found = log.finish(ORIGIN, 10, &[], &[], &only).unwrap_err();
+    assert!(found.to_string().contains("origin"), "{found}");
+    // A checkpoint the human kept and gave is never set aside.
+    let kept = [anchor("--checkpoint kept.txt", foreign, true)];
+    let found = log.finish(ORIGIN, 10, &[], &[], &kept).unwrap_err();
+    assert!(matches!(found, Tampering::Checkpoint { .. }), "{found}");
+}
+
+#[test]
+fn a_size_zero_checkpoint_with_a_wrong_root_is_named_not_a_panic() {
+    let rows = written(3);
+    let log = audit(&rows).unwrap();
+    let key = signer(1);
+    let bogus = key
+        .sign(TreeHead {
+            size: 0,
+            root: Hash([7; 32]),
+        })
+        .unwrap();
+    let found = log
+        .finish(ORIGIN, 3, &[], &[], &[anchor("kept", bogus, true)])
+        .unwrap_err();
+    assert!(matches!(found, Tampering::Checkpoint { .. }), "{found}");
+}
+
+#[test]
+fn a_forged_stored_checkpoint_does_not_blame_records_an_approval_vouches_for() {
+    let rows = written(20);
+    let key = signer(1);
+    let log = audit(&rows).unwrap();
+    let forged = key
+        .sign(TreeHead {
+            size: 8,
+            root: Hash([5; 32]),
+        })
+        .unwrap();
+    let anchors = [anchor("approval", checkpoint_of(&rows, 15, &key), false)];
+    let found = log
+        .finish(
+            ORIGIN,
+            20,
+            &[("the stored checkpoint of size 8".to_owned(), forged)],
+            &[key.verifier_key()],
+            &anchors,
+        )
+        .unwrap_err();
+    assert!(matches!(found, Tampering::Checkpoint { .. }), "{found}");
+    assert!(found.to_string().contains("forged"), "{found}");
 }
 
 #[test]

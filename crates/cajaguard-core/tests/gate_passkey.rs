@@ -290,3 +290,56 @@ fn a_passkey_deny_refuses() {
     assert_eq!(reason(&o), Reason::ApprovalDenied);
     assert!(matches!(o.effect, Effect::Refuse { pending: None }));
 }
+
+/// `audit verify` takes a passkey approval's checkpoint as evidence only when its assertion is a
+/// registered passkey's over exactly its terms, whatever the counter has done since.
+#[test]
+fn a_passkey_approval_counts_as_evidence_only_when_its_assertion_verifies() {
+    let policy = policy_with(Some("passkey"), true);
+    let rp = RelyingParty::localhost(8377);
+    let mut auth = SoftAuthenticator::es256();
+    let passkey = registered(&auth);
+    let w = day_pack(&policy);
+    let terms = PasskeyApprovalTerms::new(
+        &terms_for(
+            &w.quote,
+            &w.request.instruments,
+            Decision::Approve,
+            NOW,
+            minutes(10),
+        ),
+        Some("cajaguard/0011223344556677\n3\nAAAA\n\n".to_owned()),
+    );
+    let assertion = auth.assert(&terms.challenge());
+    let doc = PasskeyApproval { terms, assertion };
+    // Its counter is behind the passkey's by now: still evidence.
+    let moved_on = RegisteredPasskey {
+        sign_count: 1_000,
+        ..passkey.clone()
+    };
+    assert!(cajaguard_core::passkey::signed_by_registered(
+        &doc,
+        &[moved_on],
+        &rp
+    ));
+    // A checkpoint planted in the terms, an unregistered passkey, another origin: none.
+    let mut planted = doc.clone();
+    planted.terms.checkpoint = Some("cajaguard/0011223344556677\n9\nAAAA\n\n".to_owned());
+    assert!(!cajaguard_core::passkey::signed_by_registered(
+        &planted,
+        std::slice::from_ref(&passkey),
+        &rp
+    ));
+    let other = registered(&SoftAuthenticator::eddsa());
+    assert!(!cajaguard_core::passkey::signed_by_registered(
+        &doc,
+        &[other],
+        &rp
+    ));
+    let elsewhere = RelyingParty::localhost(9999);
+    assert!(!cajaguard_core::passkey::signed_by_registered(
+        &doc,
+        &[passkey],
+        &elsewhere
+    ));
+}

@@ -108,7 +108,7 @@ impl Fixture {
 
     fn verify(&self, trusted: &TrustedKeys) -> Result<(u64, usize), Tampering> {
         self.store
-            .verify_log(trusted, Vec::new())
+            .verify_log(trusted, None, Vec::new())
             .unwrap()
             .map(|s| (s.records, s.anchors))
     }
@@ -173,7 +173,7 @@ fn a_row_inserted_around_the_log_is_found(kind: Kind) {
     );
     let found = fx.verify(&key().1).unwrap_err();
     assert!(matches!(found, Tampering::Checkpoint { .. }), "{found}");
-    assert!(found.to_string().contains("not in the log"), "{found}");
+    assert!(found.to_string().contains("no place in the log"), "{found}");
 }
 
 fn a_truncated_tail_is_named_through_an_approvals_checkpoint(kind: Kind) {
@@ -289,10 +289,51 @@ fn rows_written_before_the_log_are_adopted_in_order(kind: Kind) {
         .audit(AuditEvent::Settled(SettledAs::Released), &record)
         .unwrap();
     let summary = reopened
-        .verify_log(&TrustedKeys(Vec::new()), Vec::new())
+        .verify_log(&TrustedKeys(Vec::new()), None, Vec::new())
         .unwrap()
         .unwrap();
     assert_eq!(summary.records, 6);
+}
+
+/// Changing the log's origin would make every approval's checkpoint read as another log's.
+fn an_origin_changed_to_void_the_anchors_is_found(kind: Kind) {
+    let Some(fx) = open(kind) else { return };
+    let (key, trusted) = key();
+    fx.write(10);
+    fx.approve_now(&key, 4);
+    fx.write(2);
+    fx.sql("UPDATE audit_log SET origin = 'cajaguard/0000000000000000'; DELETE FROM audit_checkpoints;");
+    let found = fx.verify(&trusted).unwrap_err();
+    assert!(found.to_string().contains("origin"), "{found}");
+}
+
+/// A head row deleted while records sit in the log is refused, never made anew (a new head
+/// would have a new origin).
+fn a_missing_head_row_is_refused_not_remade(kind: Kind) {
+    let Some(fx) = open(kind) else { return };
+    fx.write(3);
+    fx.sql("DELETE FROM audit_log");
+    let home = fx.tmp.path().join("home");
+    let reopened = match kind {
+        Kind::Sqlite => Store::open(&home),
+        Kind::Postgres => Store::open_with(
+            &home,
+            &fixtures::postgres_config(&fx.schema.as_ref().unwrap().url),
+        ),
+    };
+    let Err(e) = reopened else {
+        panic!("a store whose log lost its head opened")
+    };
+    assert!(e.to_string().contains("audit verify"), "{e}");
+}
+
+/// A record renumbered out of the log (a negative index) is found, as one without a place is.
+fn a_record_renumbered_out_of_the_log_is_found(kind: Kind) {
+    let Some(fx) = open(kind) else { return };
+    fx.write(5);
+    fx.sql("UPDATE audit SET log_index = -5 WHERE log_index = 4");
+    let found = fx.verify(&key().1).unwrap_err();
+    assert!(found.to_string().contains("no place in the log"), "{found}");
 }
 
 macro_rules! both_backends {
@@ -316,4 +357,7 @@ both_backends!(
     a_history_rewritten_and_resigned_is_found_through_an_approvals_checkpoint,
     a_proof_of_a_record_verifies_offline,
     rows_written_before_the_log_are_adopted_in_order,
+    an_origin_changed_to_void_the_anchors_is_found,
+    a_missing_head_row_is_refused_not_remade,
+    a_record_renumbered_out_of_the_log_is_found,
 );

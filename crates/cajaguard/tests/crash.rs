@@ -237,6 +237,7 @@ fn sigkill_at_any_point_of_complete_checkout_loses_nothing_and_double_counts_not
         let whole = store
             .verify_log(
                 &cajaguard_core::approval::TrustedKeys(Vec::new()),
+                None,
                 Vec::new(),
             )
             .unwrap();

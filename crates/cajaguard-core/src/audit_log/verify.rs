@@ -50,6 +50,9 @@ pub struct Anchor {
     /// Names it in a finding: "approval cg-… (nonce …)", "--checkpoint FILE".
     pub source: String,
     pub checkpoint: String,
+    /// A checkpoint a human kept and gave `audit verify`: one of another log is then a finding
+    /// (an approval of another log may be one moved in from another home).
+    pub kept_by_human: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -60,6 +63,8 @@ pub struct LogSummary {
     pub anchors: usize,
     /// Anchors of another log (an approval file moved from another home), not checked here.
     pub foreign_anchors: usize,
+    /// Approvals with a checkpoint that could not count as anchors, and why (the store fills it).
+    pub skipped_anchors: Vec<String>,
 }
 
 /// Rebuilds the tree from the records, in index order, and checks what was stored against it.
@@ -130,8 +135,12 @@ impl LogAuditor {
         Stored(&self.stored)
     }
 
-    /// Checks the log's own checkpoints (each signed by one of `log_keys`, of this `origin`) and
-    /// the `anchors`, and the log head's recorded size, against the records pushed.
+    /// Checks the anchors, then the log's own checkpoints (each signed by one of `log_keys`, of
+    /// this `origin`), then the log head's recorded size, against the records pushed.
+    ///
+    /// Anchors come first because only they vouch for records: a stored checkpoint that matches
+    /// may have been re-signed after a rewrite (the key is on the same disk), and one that
+    /// contradicts records an anchor vouches for is itself the forgery, not those records.
     pub fn finish(
         &self,
         origin: &str,
@@ -140,9 +149,51 @@ impl LogAuditor {
         log_keys: &[String],
         anchors: &[Anchor],
     ) -> Result<LogSummary, Tampering> {
-        // (head, source, whether it is an anchor: only an anchor's match says the records before it
-        // are whole; a stored checkpoint that matches may have been re-signed after a rewrite).
-        let mut heads: Vec<(TreeHead, String, bool)> = Vec::new();
+        let n = self.size;
+        let mut held: Vec<(TreeHead, &str)> = Vec::new();
+        let mut foreign = Vec::new();
+        for anchor in anchors {
+            let checkpoint =
+                read_checkpoint(&anchor.checkpoint).map_err(|e| Tampering::Checkpoint {
+                    source: anchor.source.clone(),
+                    what: e.to_string(),
+                })?;
+            if checkpoint.origin == origin {
+                held.push((checkpoint.head, &anchor.source));
+            } else if anchor.kept_by_human {
+                return Err(Tampering::Checkpoint {
+                    source: anchor.source.clone(),
+                    what: format!(
+                        "is of the log {}, and this log says it is {origin}: the log's origin \
+                         was changed (or the checkpoint is another store's)",
+                        checkpoint.origin
+                    ),
+                });
+            } else {
+                foreign.push(checkpoint.origin);
+            }
+        }
+        if held.is_empty() && !foreign.is_empty() {
+            // An approval moved in from another home is of another log; every approval being
+            // so is what changing this log's origin (to void its anchors) looks like.
+            return Err(Tampering::Checkpoint {
+                source: "the log's origin".to_owned(),
+                what: format!(
+                    "every approval here commits to another log ({}), none to this one \
+                     ({origin}): the log's origin was changed, or all of them were moved in from \
+                     another home",
+                    foreign[0]
+                ),
+            });
+        }
+        held.sort_by_key(|(head, _)| head.size);
+        let mut vouched = 0;
+        for (head, source) in &held {
+            self.check_head(head, source, vouched)?;
+            vouched = vouched.max(head.size);
+        }
+
+        let mut stored = Vec::new();
         for (source, text) in checkpoints {
             let checkpoint =
                 verify_checkpoint(text, log_keys).map_err(|e| Tampering::Checkpoint {
@@ -155,73 +206,66 @@ impl LogAuditor {
                     what: format!("is of another log ({})", checkpoint.origin),
                 });
             }
-            heads.push((checkpoint.head, source.clone(), false));
+            stored.push((checkpoint.head, source.as_str()));
         }
-        let mut foreign_anchors = 0;
-        let mut anchored = 0;
-        for anchor in anchors {
-            let checkpoint =
-                read_checkpoint(&anchor.checkpoint).map_err(|e| Tampering::Checkpoint {
-                    source: anchor.source.clone(),
-                    what: e.to_string(),
-                })?;
-            if checkpoint.origin != origin {
-                foreign_anchors += 1;
-                continue;
+        stored.sort_by_key(|(head, _)| head.size);
+        for (head, source) in &stored {
+            if head.size <= vouched && self.root(head.size) != Some(head.root) {
+                return Err(Tampering::Checkpoint {
+                    source: (*source).to_owned(),
+                    what: "contradicts records an approval vouches for: the checkpoint was forged"
+                        .to_owned(),
+                });
             }
-            anchored += 1;
-            heads.push((checkpoint.head, anchor.source.clone(), true));
+            self.check_head(head, source, vouched)?;
         }
-        let n = self.size;
         if head_size > n {
-            heads.push((
-                TreeHead {
-                    size: head_size,
-                    root: Hash([0; 32]),
-                },
-                "the log head".to_owned(),
-                false,
+            return Err(record(
+                n,
+                format!(
+                    "is missing: the log ends at {n} records, but its head says {head_size} \
+                     (its tail was truncated)"
+                ),
             ));
-        }
-        heads.sort_by_key(|(head, _, _)| head.size);
-        let mut last_good = 0;
-        for (head, source, is_anchor) in &heads {
-            match self.root(head.size) {
-                Some(root) if root == head.root => {
-                    if *is_anchor {
-                        last_good = last_good.max(head.size);
-                    }
-                }
-                Some(_) => {
-                    return Err(Tampering::Record {
-                        first: if last_good < head.size { last_good } else { 0 },
-                        last: head.size - 1,
-                        what: format!(
-                            "was altered: the first {} records do not give the root {source} \
-                             committed to (its history was rewritten)",
-                            head.size
-                        ),
-                    });
-                }
-                None => {
-                    return Err(record(
-                        n,
-                        format!(
-                            "is missing: the log ends at {n} records, but {source} says {} \
-                             (its tail was truncated)",
-                            head.size
-                        ),
-                    ));
-                }
-            }
         }
         Ok(LogSummary {
             records: n,
             root: self.root(n).unwrap_or(tlog_tiles::EMPTY_HASH),
             checkpoints: checkpoints.len(),
-            anchors: anchored,
-            foreign_anchors,
+            anchors: held.len(),
+            foreign_anchors: foreign.len(),
+            skipped_anchors: Vec::new(),
         })
+    }
+
+    /// One checkpoint's head against the records; `vouched`: records `0..vouched` are whole, as
+    /// an anchor says, so a change can only be after it.
+    fn check_head(&self, head: &TreeHead, source: &str, vouched: u64) -> Result<(), Tampering> {
+        let n = self.size;
+        match self.root(head.size) {
+            Some(root) if root == head.root => Ok(()),
+            Some(_) if head.size == 0 => Err(Tampering::Checkpoint {
+                source: source.to_owned(),
+                what: "says the empty log has a root other than the empty tree's".to_owned(),
+            }),
+            Some(_) => Err(Tampering::Record {
+                first: if vouched < head.size { vouched } else { 0 },
+                last: head.size - 1,
+                what: format!(
+                    "was altered: the first {} records do not give the root {source} committed \
+                     to (its history was rewritten)",
+                    head.size
+                ),
+            }),
+            None => Err(record(
+                n,
+                format!(
+                    "is missing: the log ends at {n} records, but {source} says {} (its tail \
+                     was truncated)",
+                    head.size
+                ),
+            )),
+        }
     }
 }
 

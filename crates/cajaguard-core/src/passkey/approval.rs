@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::assertion::{PasskeyAssertion, verify_assertion};
-use super::registration::PasskeyRegistry;
+use super::registration::{PasskeyRegistry, RegisteredPasskey};
 use super::{
     APPROVAL_CHALLENGE_CONTEXT, PASSKEY_DOCUMENT_VERSION, PasskeyRejection, RelyingParty, b64,
 };
@@ -200,6 +200,28 @@ impl VerifiedPasskeyApproval {
     pub fn sign_count(&self) -> u32 {
         self.sign_count
     }
+}
+
+/// Whether `doc`'s assertion is a registered passkey's over exactly its terms on `rp` (user
+/// present and verified), whatever its expiry, basket or counter now: what `audit verify` needs
+/// before it takes a passkey approval's checkpoint as evidence. The counters are set aside (an
+/// old approval's counter is behind the passkey's by now); the signature is not.
+pub fn signed_by_registered(
+    doc: &PasskeyApproval,
+    registered: &[RegisteredPasskey],
+    rp: &RelyingParty,
+) -> bool {
+    let counters_aside: Vec<RegisteredPasskey> = registered
+        .iter()
+        .map(|p| RegisteredPasskey {
+            sign_count: 0,
+            ..p.clone()
+        })
+        .collect();
+    let Ok(registry) = PasskeyRegistry::new(&counters_aside) else {
+        return false;
+    };
+    verify_assertion(rp, &registry, &doc.assertion, &doc.terms.challenge()).is_ok()
 }
 
 /// Well-formed terms; a registered passkey's assertion over exactly these terms on this relying

@@ -38,7 +38,8 @@ pub mod soft_authenticator;
 mod tests;
 
 pub use approval::{
-    PasskeyApproval, PasskeyApprovalTerms, VerifiedPasskeyApproval, verify_passkey_approval,
+    PasskeyApproval, PasskeyApprovalTerms, VerifiedPasskeyApproval, signed_by_registered,
+    verify_passkey_approval,
 };
 pub use assertion::{BrowserAssertion, PasskeyAssertion};
 pub use cose::Algorithm;

@@ -105,15 +105,21 @@ fn altered(message: String) -> Failure {
 fn verify(args: &VerifyArgs) -> Outcome {
     let policy = super::load_policy(&args.common.config)?;
     let store = super::open_store(&policy)?;
-    let trusted = super::load_trusted(&policy).unwrap_or_default();
+    // A key that cannot be loaded would drop every approval it signed from the evidence.
+    let trusted = super::load_trusted(&policy)?;
+    let passkeys = policy.approvals.web.map(|web| web.relying_party());
     let mut anchors = Vec::new();
     for path in &args.checkpoint {
         anchors.push(Anchor {
             source: format!("the checkpoint {}", path.display()),
             checkpoint: read_small(path, "checkpoint")?,
+            kept_by_human: true,
         });
     }
-    match store.verify_log(&trusted, anchors).map_err(Failure::from)? {
+    match store
+        .verify_log(&trusted, passkeys.as_ref(), anchors)
+        .map_err(Failure::from)?
+    {
         Ok(summary) => {
             println!(
                 "the audit log is whole: {} records, root {}",
@@ -129,6 +135,9 @@ fn verify(args: &VerifyArgs) -> Outcome {
                     "  {} approval checkpoint(s) are of another log (approvals moved from another home): not checked",
                     summary.foreign_anchors
                 );
+            }
+            for why in &summary.skipped_anchors {
+                eprintln!("  not counted as evidence: {why}");
             }
             if summary.anchors == 0 {
                 eprintln!(

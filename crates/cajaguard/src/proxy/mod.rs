@@ -357,7 +357,8 @@ impl Proxy {
         let now = (self.clock)();
         {
             let mut last = lock(&self.last_checkpoint);
-            if !force && last.is_some_and(|at| now - at < time::Duration::SECOND) {
+            // A clock that went back counts as time passed, not as a reason never to checkpoint.
+            if !force && last.is_some_and(|at| now >= at && now - at < time::Duration::SECOND) {
                 return;
             }
             *last = Some(now);

@@ -177,7 +177,10 @@ pub(super) fn leaf(event: AuditEvent, r: &AuditRecord, index: u64) -> Result<Lea
         request_id: r.request_id.clone(),
         idempotency_key: r.idempotency_key.clone(),
         checkout_id: r.checkout_id.clone(),
-        latency_us: i64::try_from(r.latency.as_micros()).unwrap_or(i64::MAX),
+        // Clamped where JCS still writes integers exactly (2^53 - 1 µs is 285 years).
+        latency_us: i64::try_from(r.latency.as_micros())
+            .unwrap_or(i64::MAX)
+            .min(cajaguard_core::money::MAX_MINOR),
         note: r.note.clone(),
     })
 }

@@ -119,6 +119,19 @@ impl StoreError {
         }
     }
 
+    /// A row that cannot be read back as its columns' types say (SQLite keeps what it is given):
+    /// for `audit verify`, an altered row, not a failing store.
+    pub fn is_unreadable_row(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Database(
+                rusqlite::Error::FromSqlConversionFailure(..)
+                    | rusqlite::Error::InvalidColumnType(..)
+                    | rusqlite::Error::IntegralValueOutOfRange(..)
+            )
+        )
+    }
+
     /// The message already says what to do, so the CLI adds no hint that repeats it.
     pub fn says_what_to_do(&self) -> bool {
         self.hint().is_none()

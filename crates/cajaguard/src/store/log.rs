@@ -35,11 +35,22 @@ pub(super) trait LogTx {
     fn log_hashes_of(&mut self, records: &[u64]) -> Result<Vec<(u64, Vec<u8>)>, StoreError>;
     /// Audit rows written before the log (no `log_index`), oldest first, as leaves with index 0.
     fn audit_unindexed(&mut self) -> Result<Vec<(i64, Leaf)>, StoreError>;
-    fn audit_adopt(&mut self, row_id: i64, index: u64, log_hashes: &[u8])
-    -> Result<(), StoreError>;
+    /// Gives a row without a place its place; `false` if it had one already.
+    fn audit_adopt(
+        &mut self,
+        row_id: i64,
+        index: u64,
+        log_hashes: &[u8],
+    ) -> Result<bool, StoreError>;
+    /// Whether any row has a place in the log (1) or none does (0).
+    fn audit_in_log(&mut self) -> Result<u64, StoreError>;
+    /// The head, locked until the transaction ends (PostgreSQL `FOR UPDATE`; SQLite holds the
+    /// write lock already).
+    fn log_lock_head(&mut self) -> Result<Option<LogHead>, StoreError>;
     /// Up to `limit` records from `from` on, in log order, with their stored hashes.
     fn audit_leaves(&mut self, from: u64, limit: u64) -> Result<Vec<(Leaf, Vec<u8>)>, StoreError>;
-    /// How many audit rows have no place in the log (none, unless rows were inserted around it).
+    /// How many audit rows have no place in the log, or a negative one (none, unless rows were
+    /// inserted or renumbered around it).
     fn audit_outside_log(&mut self) -> Result<u64, StoreError>;
     /// The latest checkpoint: (tree size, note text).
     fn checkpoint_latest(&mut self) -> Result<Option<(u64, String)>, StoreError>;
@@ -98,12 +109,17 @@ pub(super) fn checkpoint(
     now_us: i64,
 ) -> Result<String, StoreError> {
     let head = tx.log_head()?.ok_or_else(no_head)?;
+    let root = root(tx, head.size)?;
+    // The latest stored one is reused only if it is this host's, of this log and of these
+    // records: a row planted there must never become what a human signs into an approval.
     if let Some((size, text)) = tx.checkpoint_latest()?
         && size == head.size
+        && audit_log::verify_checkpoint(&text, &[signer.verifier_key()]).is_ok_and(|c| {
+            c.origin == head.origin && c.head.root == root && c.head.size == head.size
+        })
     {
         return Ok(text);
     }
-    let root = root(tx, head.size)?;
     let text = signer
         .sign(TreeHead {
             size: head.size,
@@ -115,17 +131,35 @@ pub(super) fn checkpoint(
     Ok(text)
 }
 
-/// Makes the head row if the store has none (a new store, or one from before the log), and gives
-/// the rows written before the log their places in it, oldest first.
+/// Makes the head row of a store that has none: a new store, or one from before the log, whose
+/// rows then get their places in it, oldest first. That happens once: a store whose head row
+/// went missing while records sit in the log is refused (a new head would give the log a new
+/// origin, and every approval's checkpoint would read as another log's), and a row that appears
+/// later without a place is tampering for `audit verify`, never adopted.
 pub(super) fn open(tx: &mut dyn Tx, new_origin: &str) -> Result<LogHead, StoreError> {
-    if tx.log_head()?.is_none() {
-        tx.log_init(new_origin)?;
+    if let Some(head) = tx.log_head()? {
+        return Ok(head);
+    }
+    if tx.audit_in_log()? > 0 {
+        return Err(no_head());
+    }
+    tx.log_init(new_origin)?;
+    // PostgreSQL: every other opener waits here for this one's adoption to commit, then finds
+    // the head and returns above on its next attempt (its own insert did nothing).
+    let head = tx.log_lock_head()?.ok_or_else(no_head)?;
+    if head.size > 0 || head.origin != new_origin {
+        return Ok(head);
     }
     for (row_id, unindexed) in tx.audit_unindexed()? {
         let index = tx.log_next_index()?;
         let leaf = Leaf { index, ..unindexed };
         let blob = stored_hashes(tx, &leaf)?;
-        tx.audit_adopt(row_id, index, &blob)?;
+        if !tx.audit_adopt(row_id, index, &blob)? {
+            return Err(StoreError::Inconsistent(
+                "another process gave an old audit row its place first; open the store again"
+                    .to_owned(),
+            ));
+        }
     }
     tx.log_head()?.ok_or_else(no_head)
 }
@@ -209,9 +243,7 @@ pub type Anchor = audit_log::Anchor;
 impl super::Store {
     /// Gives the log its head and adopts older rows; run by every open (cheap once done).
     pub(super) fn open_log(&self) -> Result<LogHead, StoreError> {
-        if let Some(head) = self.read(&mut |tx| tx.log_head())?
-            && self.read(&mut |tx| tx.audit_outside_log())? == 0
-        {
+        if let Some(head) = self.read(&mut |tx| tx.log_head())? {
             return Ok(head);
         }
         let mut random = [0u8; 8];
@@ -274,28 +306,106 @@ impl super::Store {
     }
 
     /// Checks the whole log (SPEC §8): every record against the hashes stored with it, every
-    /// stored checkpoint's signature and root, and every checkpoint an approval signed under
-    /// `trusted` (or a passkey approval) committed to, plus `anchors`. `Ok(Err(_))` names the
-    /// first bad record; `Err(_)` is a store that cannot be read.
+    /// stored checkpoint's signature and root, and every checkpoint an approval committed to
+    /// (a key-file approval signed under `trusted`, a passkey approval whose assertion verifies
+    /// under a registered passkey on `passkeys`), plus `anchors`. `Ok(Err(_))` names the first
+    /// bad record; `Err(_)` is a store that cannot be read.
+    ///
+    /// The head, checkpoints and approvals are read first and the records after, up to the
+    /// head's size: the records only grow, so a payment appending meanwhile can never make an
+    /// earlier checkpoint look longer than the log.
     pub fn verify_log(
         &self,
         trusted: &cajaguard_core::approval::TrustedKeys,
+        passkeys: Option<&cajaguard_core::passkey::RelyingParty>,
         mut anchors: Vec<Anchor>,
     ) -> Result<Result<audit_log::LogSummary, audit_log::Tampering>, StoreError> {
         let head = self.log_head()?;
+        let checkpoints: Vec<(String, String)> = self
+            .read(&mut |tx| tx.checkpoints_all())?
+            .into_iter()
+            .map(|(size, text)| (format!("the stored checkpoint of size {size}"), text))
+            .collect();
+        let log_keys = self.read(&mut |tx| tx.log_keys())?;
+        let mut skipped = Vec::new();
+        for doc in self.read(&mut |tx| tx.all_approval_documents())? {
+            let Some(checkpoint) = &doc.checkpoint else {
+                continue;
+            };
+            let source = format!("the approval of {} (nonce {})", doc.request_id, doc.nonce);
+            if cajaguard_core::approval::signed_by_trusted(&doc, trusted) {
+                anchors.push(Anchor {
+                    source,
+                    checkpoint: checkpoint.clone(),
+                    kept_by_human: false,
+                });
+            } else {
+                skipped.push(format!(
+                    "{source}: not signed by a key in approvals.trusted_keys"
+                ));
+            }
+        }
+        let registered: Vec<_> = self
+            .passkeys()?
+            .into_iter()
+            .map(|row| row.passkey)
+            .collect();
+        for text in self.read(&mut |tx| tx.all_passkey_approval_texts())? {
+            let Ok(doc) = cajaguard_core::passkey::PasskeyApproval::from_json(&text) else {
+                skipped.push("a passkey approval that does not parse".to_owned());
+                continue;
+            };
+            let Some(checkpoint) = &doc.terms.checkpoint else {
+                continue;
+            };
+            let source = format!(
+                "the passkey approval of {} (nonce {})",
+                doc.terms.request_id, doc.terms.nonce
+            );
+            match passkeys {
+                Some(rp)
+                    if cajaguard_core::passkey::signed_by_registered(&doc, &registered, rp) =>
+                {
+                    anchors.push(Anchor {
+                        source,
+                        checkpoint: checkpoint.clone(),
+                        kept_by_human: false,
+                    });
+                }
+                Some(_) => skipped.push(format!(
+                    "{source}: its assertion does not verify under a registered passkey"
+                )),
+                None => skipped.push(format!(
+                    "{source}: the config has no approvals.web to check it against"
+                )),
+            }
+        }
+
         let outside = self.read(&mut |tx| tx.audit_outside_log())?;
         if outside > 0 {
             return Ok(Err(audit_log::Tampering::Checkpoint {
                 source: "the audit table".to_owned(),
                 what: format!(
-                    "{outside} row(s) are not in the log: they were inserted around CajaGuard"
+                    "{outside} row(s) have no place in the log: they were inserted or \
+                     renumbered around CajaGuard"
                 ),
             }));
         }
         let mut log = audit_log::LogAuditor::new();
-        loop {
+        while log.size() < head.size {
             let from = log.size();
-            let page = self.read(&mut |tx| tx.audit_leaves(from, PAGE))?;
+            let take = PAGE.min(head.size - from);
+            let page = match self.read(&mut |tx| tx.audit_leaves(from, take)) {
+                Ok(page) => page,
+                Err(e) if e.is_unreadable_row() => {
+                    return Ok(Err(audit_log::Tampering::Record {
+                        first: from,
+                        last: from + take - 1,
+                        what: format!("cannot be read back ({e}): a column was altered"),
+                    }));
+                }
+                Err(e) => return Err(e),
+            };
             if page.is_empty() {
                 break;
             }
@@ -305,38 +415,11 @@ impl super::Store {
                 }
             }
         }
-        let checkpoints: Vec<(String, String)> = self
-            .read(&mut |tx| tx.checkpoints_all())?
-            .into_iter()
-            .map(|(size, text)| (format!("the stored checkpoint of size {size}"), text))
-            .collect();
-        let log_keys = self.read(&mut |tx| tx.log_keys())?;
-        for doc in self.read(&mut |tx| tx.all_approval_documents())? {
-            if let Some(checkpoint) = &doc.checkpoint
-                && cajaguard_core::approval::signed_by_trusted(&doc, trusted)
-            {
-                anchors.push(Anchor {
-                    source: format!("the approval of {} (nonce {})", doc.request_id, doc.nonce),
-                    checkpoint: checkpoint.clone(),
-                });
-            }
+        let mut found = log.finish(&head.origin, head.size, &checkpoints, &log_keys, &anchors);
+        if let Ok(summary) = &mut found {
+            summary.skipped_anchors = skipped;
         }
-        let passkey_docs = self
-            .read(&mut |tx| tx.all_passkey_approval_texts())?
-            .into_iter()
-            .filter_map(|text| cajaguard_core::passkey::PasskeyApproval::from_json(&text).ok());
-        for doc in passkey_docs {
-            if let Some(checkpoint) = &doc.terms.checkpoint {
-                anchors.push(Anchor {
-                    source: format!(
-                        "the passkey approval of {} (nonce {})",
-                        doc.terms.request_id, doc.terms.nonce
-                    ),
-                    checkpoint: checkpoint.clone(),
-                });
-            }
-        }
-        Ok(log.finish(&head.origin, head.size, &checkpoints, &log_keys, &anchors))
+        Ok(found)
     }
 
     /// An offline proof that record `index` is in the log, against a fresh checkpoint.

@@ -171,12 +171,34 @@ impl LogTx for PgTx<'_, '_> {
         row_id: i64,
         index: u64,
         log_hashes: &[u8],
-    ) -> Result<(), StoreError> {
-        self.execute(
-            "UPDATE audit SET log_index = $1, log_hashes = $2 WHERE id = $3",
+    ) -> Result<bool, StoreError> {
+        let changed = self.execute(
+            "UPDATE audit SET log_index = $1, log_hashes = $2 WHERE id = $3 AND log_index IS NULL",
             &[&to_i64(index, "a log index")?, &log_hashes, &row_id],
         )?;
-        Ok(())
+        Ok(changed == 1)
+    }
+
+    fn audit_in_log(&mut self) -> Result<u64, StoreError> {
+        let row = self.query_opt(
+            "SELECT 1 FROM audit WHERE log_index IS NOT NULL LIMIT 1",
+            &[],
+        )?;
+        Ok(u64::from(row.is_some()))
+    }
+
+    fn log_lock_head(&mut self) -> Result<Option<LogHead>, StoreError> {
+        let row = self.query_opt(
+            "SELECT origin, size FROM audit_log WHERE id = 1 FOR UPDATE",
+            &[],
+        )?;
+        row.map(|row| {
+            Ok(LogHead {
+                origin: self.get(&row, 0)?,
+                size: to_u64(self.get(&row, 1)?, "the audit log's size")?,
+            })
+        })
+        .transpose()
     }
 
     fn audit_leaves(&mut self, from: u64, limit: u64) -> Result<Vec<(Leaf, Vec<u8>)>, StoreError> {
@@ -192,7 +214,10 @@ impl LogTx for PgTx<'_, '_> {
     }
 
     fn audit_outside_log(&mut self) -> Result<u64, StoreError> {
-        let row = self.query_opt("SELECT count(*) FROM audit WHERE log_index IS NULL", &[])?;
+        let row = self.query_opt(
+            "SELECT count(*) FROM audit WHERE log_index IS NULL OR log_index < 0",
+            &[],
+        )?;
         let n: i64 = match row {
             Some(row) => self.get(&row, 0)?,
             None => 0,

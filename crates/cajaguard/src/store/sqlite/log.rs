@@ -243,11 +243,27 @@ impl LogTx for SqliteTx<'_> {
         row_id: i64,
         index: u64,
         log_hashes: &[u8],
-    ) -> Result<(), StoreError> {
-        self.conn
-            .prepare_cached("UPDATE audit SET log_index = ?1, log_hashes = ?2 WHERE id = ?3")?
+    ) -> Result<bool, StoreError> {
+        let changed = self
+            .conn
+            .prepare_cached(
+                "UPDATE audit SET log_index = ?1, log_hashes = ?2 WHERE id = ?3 AND log_index IS NULL",
+            )?
             .execute(params![to_i64(index, "a log index")?, log_hashes, row_id])?;
-        Ok(())
+        Ok(changed == 1)
+    }
+
+    fn audit_in_log(&mut self) -> Result<u64, StoreError> {
+        let n: i64 = self
+            .conn
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM audit WHERE log_index IS NOT NULL)")?
+            .query_row([], |r| r.get(0))?;
+        to_u64(n, "a count")
+    }
+
+    fn log_lock_head(&mut self) -> Result<Option<LogHead>, StoreError> {
+        // `BEGIN IMMEDIATE` holds the database's write lock already.
+        self.log_head()
     }
 
     fn audit_leaves(&mut self, from: u64, limit: u64) -> Result<Vec<(Leaf, Vec<u8>)>, StoreError> {
@@ -268,7 +284,7 @@ impl LogTx for SqliteTx<'_> {
     fn audit_outside_log(&mut self) -> Result<u64, StoreError> {
         let n: i64 = self
             .conn
-            .prepare_cached("SELECT count(*) FROM audit WHERE log_index IS NULL")?
+            .prepare_cached("SELECT count(*) FROM audit WHERE log_index IS NULL OR log_index < 0")?
             .query_row([], |r| r.get(0))?;
         to_u64(n, "a count")
     }
