@@ -32,6 +32,7 @@ fn bench(c: &mut Criterion) {
     let args = args();
     let request = fixtures::request_of(&args);
     let ledger = LedgerView {
+        agent_window_spent: 0,
         window_spent: 2400,
         checkout: CheckoutLedger::Fresh,
         frozen: None,
@@ -71,6 +72,7 @@ fn bench(c: &mut Criterion) {
 
     let d_small = BasketDigest::of(&q_small, &request.instruments);
     let facts = |quote, digest, approvals| Facts {
+        agent: None,
         request: &request,
         quote,
         digest,

@@ -2,6 +2,7 @@
 //! checkout, the approvals found for a request, the pending request to record, and the [`Effect`]
 //! the store applies atomically with the read that produced the view.
 
+use crate::agent::AgentId;
 use crate::approval::ApprovalDocument;
 use crate::digest::{BasketDigest, RequestId};
 use crate::freeze::Frozen;
@@ -32,6 +33,8 @@ pub struct LedgerView {
     /// Settled and in-flight spend in the quote's currency over the window, in minor units,
     /// **excluding** this checkout's own entry.
     pub window_spent: i64,
+    /// The same for the paying agent's own spend (SPEC §13); 0 without an agent.
+    pub agent_window_spent: i64,
     pub checkout: CheckoutLedger,
     /// Payments are frozen (SPEC §7), read in the same transaction.
     pub frozen: Option<Frozen>,
@@ -74,6 +77,8 @@ pub struct PendingRequest {
     pub total: i64,
     /// The complete request's payment instruments (id and handler, never the credential).
     pub instruments: Vec<Instrument>,
+    /// The agent that asked, through the service (SPEC §13).
+    pub agent: Option<AgentId>,
 }
 
 impl PendingRequest {

@@ -22,6 +22,10 @@ pub enum Error {
     #[error("{0}")]
     Key(String),
 
+    /// An agent id that cannot be used (SPEC §13).
+    #[error("{0}")]
+    Agent(String),
+
     /// An approval document that is not well formed (signature problems are rejections, not errors).
     #[error("{0}")]
     ApprovalFormat(String),

@@ -8,6 +8,7 @@
 
 use time::OffsetDateTime;
 
+use crate::agent::AgentId;
 use crate::approval::{self, Decision, Rejection, TrustedKeys};
 use crate::digest::BasketDigest;
 use crate::display;
@@ -68,13 +69,15 @@ fn tripwire_refusal(hit: &tripwire::Hit) -> Ruling {
 pub struct Facts<'a> {
     pub request: &'a CompleteRequest,
     pub quote: &'a Quote,
-    /// `BasketDigest::of(quote, &request.instruments)`, computed once by the caller.
+    /// `BasketDigest::of_request(quote, &request.instruments, agent)`, computed once by the caller.
     pub digest: &'a BasketDigest,
     pub ledger: &'a LedgerView,
     pub approvals: &'a [ApprovalCandidate],
     /// Passkey approvals for the request id (SPEC §6); counted only with `approvals.web`.
     pub passkey_approvals: &'a [PasskeyCandidate],
     pub trusted_keys: &'a TrustedKeys,
+    /// The agent paying, through the service (SPEC §13); `None` for `cajaguard mcp` on stdio.
+    pub agent: Option<&'a AgentId>,
     pub now: OffsetDateTime,
 }
 
@@ -206,6 +209,25 @@ pub fn decide(policy: &Policy, facts: &Facts<'_>) -> Outcome {
         );
     }
 
+    // The agent's own caps hold on top of the global ones (SPEC §13); with caps, an agent pays
+    // only in the currencies they list.
+    let agent_caps = match facts.agent.map(|agent| (agent, policy.agent_caps(agent))) {
+        Some((agent, Some(by_currency))) => match by_currency.get(&quote.currency) {
+            Some(caps) => Some(caps),
+            None => {
+                return refuse(
+                    Reason::CurrencyNotAllowed,
+                    format!(
+                        "agent {} has no caps for currency {}, so it cannot pay in it",
+                        display::detail(agent.as_str()),
+                        display::detail(&quote.currency)
+                    ),
+                );
+            }
+        },
+        _ => None,
+    };
+
     // 9. Per-transaction cap.
     if quote.total > caps.per_transaction {
         return refuse(
@@ -235,8 +257,38 @@ pub fn decide(policy: &Policy, facts: &Facts<'_>) -> Outcome {
         );
     }
 
-    // 11. Approval.
-    let over_threshold = quote.total > caps.approval_above;
+    if let Some(own) = agent_caps {
+        if quote.total > own.per_transaction {
+            return refuse(
+                Reason::OverPerTransactionCap,
+                format!(
+                    "{} is over this agent's per-transaction cap of {}",
+                    amount(quote.total),
+                    amount(own.per_transaction)
+                ),
+            );
+        }
+        let after = facts.ledger.agent_window_spent.saturating_add(quote.total);
+        if after > own.window {
+            return refuse(
+                Reason::OverWindowCap,
+                format!(
+                    "{} would bring this agent's last {hours} h of spend to {} ({} already spent \
+                     or in flight), over its window cap of {}",
+                    amount(quote.total),
+                    amount(after),
+                    amount(facts.ledger.agent_window_spent),
+                    amount(own.window)
+                ),
+            );
+        }
+    }
+
+    // 11. Approval, above the lower of the global and the agent's threshold.
+    let approval_above = agent_caps.map_or(caps.approval_above, |own| {
+        own.approval_above.min(caps.approval_above)
+    });
+    let over_threshold = quote.total > approval_above;
     if !over_threshold && policy.mode == Mode::Test {
         return Outcome {
             ruling: Ruling::new(
@@ -244,7 +296,7 @@ pub fn decide(policy: &Policy, facts: &Facts<'_>) -> Outcome {
                 format!(
                     "{} is within the caps (approval needed above {})",
                     amount(quote.total),
-                    amount(caps.approval_above)
+                    amount(approval_above)
                 ),
             ),
             effect: Effect::Forward {
@@ -257,7 +309,13 @@ pub fn decide(policy: &Policy, facts: &Facts<'_>) -> Outcome {
             },
         };
     }
-    approval_step(policy, facts, merchant, cur, over_threshold)
+    approval_step(
+        policy,
+        facts,
+        merchant,
+        cur,
+        over_threshold.then_some(approval_above),
+    )
 }
 
 /// Rank of a rejection when several approvals were found: the most informative one is reported.
@@ -398,7 +456,8 @@ fn approval_step(
     facts: &Facts<'_>,
     merchant: &str,
     cur: Currency,
-    over_threshold: bool,
+    // `Some(threshold)` when the total is over it, `None` when only live mode asks for approval.
+    over_threshold: Option<i64>,
 ) -> Outcome {
     let quote = facts.quote;
     let digest = *facts.digest;
@@ -450,12 +509,10 @@ fn approval_step(
     }
     let best = found.best;
 
-    let why = if over_threshold {
+    let why = if let Some(threshold) = over_threshold {
         format!(
             "it is over the approval threshold of {}",
-            policy
-                .caps_for(&quote.currency)
-                .map_or_else(String::new, |c| money::display(c.approval_above, cur))
+            money::display(threshold, cur)
         )
     } else {
         "live mode needs a signed approval for every payment".to_owned()
@@ -534,6 +591,7 @@ fn approval_step(
                 currency: quote.currency.clone(),
                 total: quote.total,
                 instruments: facts.request.instruments.clone(),
+                agent: facts.agent.cloned(),
             }),
         },
     }

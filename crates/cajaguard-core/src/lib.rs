@@ -19,6 +19,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod agent;
 pub mod approval;
 pub mod audit_log;
 pub mod digest;

@@ -76,6 +76,7 @@ fn rfc6962_roots_of_the_ct_reference_leaves() {
 
 fn leaf(index: u64) -> Leaf {
     Leaf {
+        agent: None,
         index,
         at: "2026-12-01T10:00:00Z".into(),
         at_us: 1_795_000_000_000_000 + index as i64,

@@ -80,6 +80,7 @@ fn decide(
     passkeys: &[PasskeyCandidate],
 ) -> Outcome {
     let ledger = LedgerView {
+        agent_window_spent: 0,
         window_spent: 0,
         checkout: CheckoutLedger::Fresh,
         frozen: None,
@@ -87,6 +88,7 @@ fn decide(
     gate::decide(
         policy,
         &Facts {
+            agent: None,
             request: &w.request,
             quote: &w.quote,
             digest: &w.digest,

@@ -75,6 +75,7 @@ fn with_this_basket(ledger: &LedgerView, digest: &BasketDigest) -> LedgerView {
 
 fn fresh() -> LedgerView {
     LedgerView {
+        agent_window_spent: 0,
         window_spent: 0,
         checkout: CheckoutLedger::Fresh,
         frozen: None,
@@ -139,6 +140,7 @@ fn run(case: &Case) -> (Ruling, Option<Effect>) {
                 let digest = BasketDigest::of(&quote, &request.instruments);
                 let ledger = with_this_basket(&case.ledger, &digest);
                 let facts = Facts {
+                    agent: None,
                     request: &request,
                     quote: &quote,
                     digest: &digest,
@@ -589,6 +591,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             ledger: LedgerView {
+                agent_window_spent: 0,
                 window_spent: 0,
                 checkout: CheckoutLedger::InFlight {
                     idempotency_key: "2c9a1f5e-8d3b-4a71-9e02-6f4b3c2d1a00".into(),
@@ -605,6 +608,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             ledger: LedgerView {
+                agent_window_spent: 0,
                 window_spent: 0,
                 checkout: CheckoutLedger::InFlight {
                     idempotency_key: "other-key".into(),
@@ -621,6 +625,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             ledger: LedgerView {
+                agent_window_spent: 0,
                 window_spent: 0,
                 checkout: CheckoutLedger::InFlight {
                     idempotency_key: "2c9a1f5e-8d3b-4a71-9e02-6f4b3c2d1a00".into(),
@@ -637,6 +642,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             ledger: LedgerView {
+                agent_window_spent: 0,
                 window_spent: 0,
                 checkout: CheckoutLedger::InFlight {
                     idempotency_key: "2c9a1f5e-8d3b-4a71-9e02-6f4b3c2d1a00".into(),
@@ -663,6 +669,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             ledger: LedgerView {
+                agent_window_spent: 0,
                 window_spent: 0,
                 checkout: CheckoutLedger::Settled { total: 2400 },
                 frozen: None,

@@ -99,6 +99,7 @@ fn the_leaves_import_nothing_above_them() {
         ("error", &[]),
         ("display", &[]),
         ("digest", &["error"]),
+        ("agent", &["error"]),
         ("verdict", &["digest"]),
     ];
     for (leaf, may_use) in allowed {

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use cajaguard::store::{AuditRecord, Gated, Store, StoreError};
+use cajaguard_core::agent::AgentId;
 use cajaguard_core::approval::{ApprovalTerms, BasketDigest, Decision, TrustedKeys};
 use cajaguard_core::effect::{ApprovalCandidate, Effect, LedgerView, Outcome};
 use cajaguard_core::gate::{self, Facts};
@@ -261,15 +262,29 @@ pub fn claim_and_gate(
     now: OffsetDateTime,
     decide: &mut dyn FnMut(&LedgerView, &[ApprovalCandidate]) -> Outcome,
 ) -> Result<Gated, StoreError> {
+    claim_and_gate_as(store, None, request, quote, window, now, decide)
+}
+
+/// [`claim_and_gate`] for a payment by `agent` (the service, SPEC §13).
+pub fn claim_and_gate_as(
+    store: &Store,
+    agent: Option<&AgentId>,
+    request: &CompleteRequest,
+    quote: &Quote,
+    window: Duration,
+    now: OffsetDateTime,
+    decide: &mut dyn FnMut(&LedgerView, &[ApprovalCandidate]) -> Outcome,
+) -> Result<Gated, StoreError> {
     let claim = store
         .claim(&request.checkout_id, &request.idempotency_key, now, window)?
         .unwrap_or_else(|conflict| panic!("the checkout could not be claimed: {conflict:?}"));
-    let digest = BasketDigest::of(quote, &request.instruments);
+    let digest = BasketDigest::of_request(quote, &request.instruments, agent);
     store.gate(
         &claim,
         request,
         quote,
         &digest,
+        agent,
         window,
         now,
         // These worlds' policies have no approval page (`reads_passkey_approvals()` is false), so
@@ -288,7 +303,19 @@ pub fn decide<'a>(
     trusted_keys: &'a TrustedKeys,
     now: OffsetDateTime,
 ) -> impl FnMut(&LedgerView, &[ApprovalCandidate]) -> Outcome + 'a {
-    let digest = BasketDigest::of(quote, &request.instruments);
+    decide_as(policy, None, request, quote, trusted_keys, now)
+}
+
+/// [`decide`] for a payment by `agent` (the service, SPEC §13).
+pub fn decide_as<'a>(
+    policy: &'a Policy,
+    agent: Option<&'a AgentId>,
+    request: &'a CompleteRequest,
+    quote: &'a Quote,
+    trusted_keys: &'a TrustedKeys,
+    now: OffsetDateTime,
+) -> impl FnMut(&LedgerView, &[ApprovalCandidate]) -> Outcome + 'a {
+    let digest = BasketDigest::of_request(quote, &request.instruments, agent);
     move |ledger, approvals| {
         gate::decide(
             policy,
@@ -300,6 +327,7 @@ pub fn decide<'a>(
                 approvals,
                 passkey_approvals: &[],
                 trusted_keys,
+                agent,
                 now,
             },
         )

@@ -146,6 +146,7 @@ fn gate(store: &Store, policy: &Policy) -> (Outcome, usize) {
             &request,
             &quote,
             &digest,
+            None,
             policy.window,
             now,
             policy.approvals.reads_passkey_approvals(),
@@ -154,6 +155,7 @@ fn gate(store: &Store, policy: &Policy) -> (Outcome, usize) {
                 gate::decide(
                     policy,
                     &Facts {
+                        agent: None,
                         request: &request,
                         quote: &quote,
                         digest: &digest,

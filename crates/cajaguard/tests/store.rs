@@ -176,6 +176,7 @@ fn gate_id(
         &request(checkout, key),
         &quote(checkout, currency, total),
         digest,
+        None,
         DAY,
         now,
         true,
@@ -444,6 +445,7 @@ fn forward_reserves_and_the_window_sees_it(fx: &Fixture) {
     assert_eq!(
         view,
         LedgerView {
+            agent_window_spent: 0,
             window_spent: 0,
             checkout: CheckoutLedger::Fresh,
             frozen: None,
@@ -459,6 +461,7 @@ fn forward_reserves_and_the_window_sees_it(fx: &Fixture) {
     assert_eq!(
         same,
         LedgerView {
+            agent_window_spent: 0,
             window_spent: 0,
             checkout: CheckoutLedger::InFlight {
                 idempotency_key: "k1".to_owned(),
@@ -515,6 +518,7 @@ fn settle_completed_counts_once_and_is_idempotent(fx: &Fixture) {
     assert_eq!(
         view,
         LedgerView {
+            agent_window_spent: 0,
             window_spent: 0,
             checkout: CheckoutLedger::Settled { total: 9900 },
             // The first completion charged more than reserved: that froze payments.
@@ -681,6 +685,7 @@ fn a_panicking_decide_leaves_the_store_usable(fx: &Fixture) {
             &request("c1", "k1"),
             &quote("c1", "USD", 100),
             &d(1),
+            None,
             DAY,
             NOW,
             true,
@@ -762,6 +767,7 @@ fn buckets_always_agree_with_the_ledger(fx: &Fixture) {
 
 fn pending_request(id: &RequestId, digest: BasketDigest, total: i64) -> PendingRequest {
     PendingRequest {
+        agent: None,
         request_id: id.clone(),
         digest,
         merchant: "demo-outfitters.example".to_owned(),
@@ -1383,6 +1389,7 @@ fn an_abandoned_claim_lapses_only_without_a_reservation(fx: &Fixture) {
             &request("c1", "k1"),
             &quote("c1", "USD", 2400),
             &d(1),
+            None,
             DAY,
             late,
             true,
@@ -1496,6 +1503,7 @@ fn a_refusal_of_an_attempt_retried_since_releases_nothing(fx: &Fixture) {
                 &request("c1", "k1"),
                 &quote("c1", "USD", 2400),
                 &d(1),
+                None,
                 DAY,
                 now,
                 true,

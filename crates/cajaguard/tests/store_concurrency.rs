@@ -57,6 +57,7 @@ fn gate(
             &request(checkout),
             &quote(checkout, total),
             digest,
+            None,
             DAY,
             NOW,
             true,

@@ -176,6 +176,7 @@ fn gate(w: &World, key: &str) -> Outcome {
             &request,
             &w.quote,
             &digest,
+            None,
             w.policy.window,
             now,
             w.policy.approvals.reads_passkey_approvals(),
@@ -183,6 +184,7 @@ fn gate(w: &World, key: &str) -> Outcome {
                 gate::decide(
                     &w.policy,
                     &Facts {
+                        agent: None,
                         request: &request,
                         quote: &w.quote,
                         digest: &digest,

@@ -77,6 +77,7 @@ pub(super) fn core_inputs() -> CoreInputs {
 pub(super) fn core_rows(t: &mut Timing, sizes: Sizes) -> Result<()> {
     let c = core_inputs();
     let ledger = LedgerView {
+        agent_window_spent: 0,
         window_spent: 2400,
         checkout: CheckoutLedger::Fresh,
         frozen: None,
@@ -92,6 +93,7 @@ pub(super) fn core_rows(t: &mut Timing, sizes: Sizes) -> Result<()> {
             &big_digest
         };
         let facts = Facts {
+            agent: None,
             request: &c.request,
             quote,
             digest,

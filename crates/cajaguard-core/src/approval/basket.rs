@@ -5,6 +5,7 @@
 use sha2::{Digest as _, Sha256};
 
 use super::jcs::{self, canonical};
+use crate::agent::AgentId;
 use crate::digest::BasketDigest;
 use crate::quote::Quote;
 use crate::request::Instrument;
@@ -23,6 +24,30 @@ impl BasketDigest {
             basket_reference(quote, instruments)
         };
         BasketDigest::from_bytes(Sha256::digest(bytes).into())
+    }
+
+    /// The request digest (SPEC §6, §13): the basket's digest, bound to the paying agent when
+    /// there is one, so an approval for one agent's request never pays for another's identical
+    /// basket. Without an agent (`cajaguard mcp` on stdio) it is the basket's digest unchanged.
+    pub fn of_request(
+        quote: &Quote,
+        instruments: &[Instrument],
+        agent: Option<&AgentId>,
+    ) -> BasketDigest {
+        let basket = BasketDigest::of(quote, instruments);
+        match agent {
+            None => basket,
+            Some(agent) => {
+                // Domain-separated, length-prefixed: no agent id and basket pair can collide with
+                // another, nor with a plain basket digest.
+                let mut h = Sha256::new();
+                h.update(b"cajaguard agent request v1\0");
+                h.update((agent.as_str().len() as u64).to_be_bytes());
+                h.update(agent.as_str().as_bytes());
+                h.update(basket.as_bytes());
+                BasketDigest::from_bytes(h.finalize().into())
+            }
+        }
     }
 }
 

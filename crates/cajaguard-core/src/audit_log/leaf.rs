@@ -26,6 +26,10 @@ pub struct Leaf {
     pub checkout_id: Option<String>,
     pub latency_us: i64,
     pub note: Option<String>,
+    /// The paying agent (the service, SPEC §13). Absent, not `null`, when there is none, so
+    /// records written before agents existed keep their bytes and their hashes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 impl Leaf {
@@ -40,7 +44,11 @@ impl Leaf {
         }
         let mut out = Vec::with_capacity(256);
         out.push(b'{');
-        key(&mut out, true, "at");
+        if let Some(agent) = &self.agent {
+            key(&mut out, true, "agent");
+            str(&mut out, agent);
+        }
+        key(&mut out, self.agent.is_none(), "at");
         str(&mut out, &self.at);
         key(&mut out, false, "at_us");
         int(&mut out, self.at_us);
@@ -99,6 +107,7 @@ mod tests {
 
     fn sample() -> Leaf {
         Leaf {
+            agent: None,
             index: 7,
             at: "2026-12-01T10:00:00Z".into(),
             at_us: 1_795_000_000_000_000,

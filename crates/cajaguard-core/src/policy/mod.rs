@@ -16,11 +16,13 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::Error;
+use crate::agent::AgentId;
 use crate::money::Currency;
 
 mod downstream;
 mod read;
 mod sections;
+mod serve;
 
 pub use downstream::{Command, Downstream, DownstreamTransport, HttpDownstream, StdioDownstream};
 use read::Cx;
@@ -38,6 +40,45 @@ pub struct Caps {
     pub approval_above: i64,
     pub per_transaction: i64,
     pub window: i64,
+}
+
+/// `serve` (SPEC §13): where the service listens, which browser origins may call it, and how
+/// agents authenticate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServePolicy {
+    /// A parsed address only (`core::net`: no socket is opened here). The endpoint is `/mcp`.
+    pub listen: core::net::SocketAddr,
+    /// Exact origins (`scheme://host[:port]`, lower case) a request's `Origin` header may name;
+    /// a request without `Origin` (not from a browser) is not refused for it.
+    pub allowed_origins: BTreeSet<String>,
+    /// `agents[]`: per-agent settings by id. Tokens are not here: `cajaguard agent add` keeps
+    /// their SHA-256 in the store, out of the config an agent might read.
+    pub agents: BTreeMap<AgentId, AgentPolicy>,
+    /// `oauth`: OAuth 2.1 access tokens (JWT) from the team's issuer.
+    pub oauth: Option<OauthPolicy>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AgentPolicy {
+    /// `caps`, same shape as the global `caps`; `None`: `agent_caps` applies.
+    pub caps: Option<BTreeMap<String, Caps>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OauthPolicy {
+    pub issuer: String,
+    /// This gate's resource URL, which a token's `aud` must contain.
+    pub audience: String,
+    pub jwks: JwksSource,
+    /// The claim that names the agent (default `sub`).
+    pub agent_claim: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JwksSource {
+    File(PathBuf),
+    /// https, or http to a loopback IP (checked at load).
+    Url(url::Url),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,6 +261,10 @@ pub struct Policy {
     pub test_mode: TestModePolicy,
     /// `store`; [`StoreConfig::Sqlite`] when absent.
     pub store: StoreConfig,
+    /// `agent_caps`: the caps of every agent of the service without caps of its own (SPEC §13).
+    pub agent_caps: Option<BTreeMap<String, Caps>>,
+    /// `serve`: the service (`cajaguard serve`, SPEC §13); `None` when not configured.
+    pub serve: Option<ServePolicy>,
     /// SHA-256 of the config text this was parsed from: every process that loads it says so in
     /// the audit log (SPEC §8), so the log shows which policy each decision was made under.
     pub config_sha256: [u8; 32],
@@ -279,6 +324,8 @@ impl Policy {
                 "approvals",
                 "test_mode",
                 "store",
+                "serve",
+                "agent_caps",
             ],
         )?;
 
@@ -293,7 +340,7 @@ impl Policy {
         )?;
         let downstream = cx.downstream(cx.required(root, "$", "downstream")?)?;
         let merchants = cx.merchants(cx.required(root, "$", "merchants")?)?;
-        let caps = cx.caps(cx.required(root, "$", "caps")?)?;
+        let caps = cx.caps(cx.required(root, "$", "caps")?, "$.caps")?;
         let window_hours = match root.get("window_hours") {
             None => DEFAULT_WINDOW_HOURS,
             Some(v) => cx.bounded_int(v, "$.window_hours", 1, 24 * 366 * 10)?,
@@ -336,6 +383,15 @@ impl Policy {
             Some(v) => cx.store(v)?,
         };
 
+        let agent_caps = match root.get("agent_caps") {
+            None => None,
+            Some(v) => Some(cx.agent_caps(v, "$.agent_caps", &caps)?),
+        };
+        let serve = match root.get("serve") {
+            None => None,
+            Some(v) => Some(cx.serve(v, &caps)?),
+        };
+
         Ok(Policy {
             source: origin.path.to_path_buf(),
             mode,
@@ -347,11 +403,24 @@ impl Policy {
             approvals,
             test_mode,
             store,
+            agent_caps,
+            serve,
             config_sha256: sha2::Sha256::digest(text.as_bytes()).into(),
         })
     }
 
     pub fn caps_for(&self, currency_code: &str) -> Option<&Caps> {
         self.caps.get(currency_code)
+    }
+
+    /// The caps that hold for `agent` on top of the global ones: its own (`serve.agents[].caps`),
+    /// else `agent_caps`; `None` when neither is configured (only the global caps hold). An agent
+    /// with caps pays only in the currencies they list.
+    pub fn agent_caps(&self, agent: &AgentId) -> Option<&BTreeMap<String, Caps>> {
+        self.serve
+            .as_ref()
+            .and_then(|serve| serve.agents.get(agent))
+            .and_then(|own| own.caps.as_ref())
+            .or(self.agent_caps.as_ref())
     }
 }

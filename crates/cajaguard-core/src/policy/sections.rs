@@ -40,11 +40,11 @@ impl Cx<'_, '_> {
         Ok(out)
     }
 
-    pub(super) fn caps(&self, v: &Value) -> Result<BTreeMap<String, Caps>, Error> {
-        let obj = self.object(v, "$.caps")?;
+    pub(super) fn caps(&self, v: &Value, path: &str) -> Result<BTreeMap<String, Caps>, Error> {
+        let obj = self.object(v, path)?;
         let mut out = BTreeMap::new();
         for (code, entry) in obj {
-            let cp = push_key("$.caps", code);
+            let cp = push_key(path, code);
             let currency = Currency::from_code(code).map_err(|e| self.err(&cp, format!("{e}")))?;
             let fields = self.object(entry, &cp)?;
             self.only(

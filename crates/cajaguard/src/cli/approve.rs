@@ -198,7 +198,12 @@ fn reread(policy: &cajaguard_core::policy::Policy, pending: &PendingRow) -> Resu
             "nothing was signed; the agent must start a new checkout",
         ));
     }
-    if BasketDigest::of(&quote, &pending.request.instruments) != pending.request.digest {
+    if BasketDigest::of_request(
+        &quote,
+        &pending.request.instruments,
+        pending.request.agent.as_ref(),
+    ) != pending.request.digest
+    {
         return Err(Failure::refused(
             "the checkout changed since it was blocked (items, amounts, merchant or currency)",
             "nothing was signed; the agent's next attempt makes a new request to approve",

@@ -141,7 +141,9 @@ fn show_one(args: &IdArgs) -> Outcome {
     });
     // The items are not stored with the request: the shop's checkout is the one source of them.
     let now_at_shop = super::approve::read_back(&policy, &row).map(|quote| {
-        let matches = BasketDigest::of(&quote, &row.request.instruments) == row.request.digest;
+        let matches =
+            BasketDigest::of_request(&quote, &row.request.instruments, row.request.agent.as_ref())
+                == row.request.digest;
         (quote, matches)
     });
     let request = &row.request;

@@ -83,7 +83,7 @@ impl Proxy {
         audit.merchant = quote.merchant.clone();
         audit.currency = Some(cajaguard_core::display::audit(&quote.currency));
         audit.total = Some(quote.total);
-        let digest = BasketDigest::of(&quote, &request.instruments);
+        let digest = BasketDigest::of_request(&quote, &request.instruments, self.agent.as_ref());
         audit.request_id = Some(digest.request_id().as_str().to_owned());
 
         let (ruling, permit) = match self.decide(&claim, &request, &quote, &digest, &audit, started)
@@ -199,6 +199,7 @@ impl Proxy {
                         approvals,
                         passkey_approvals,
                         trusted_keys: &self.trusted,
+                        agent: self.agent.as_ref(),
                         now,
                     },
                 )
@@ -208,6 +209,7 @@ impl Proxy {
             request,
             quote,
             digest,
+            self.agent.as_ref(),
             self.policy.window,
             now,
             self.policy.approvals.reads_passkey_approvals(),

@@ -101,7 +101,7 @@ impl Proxy {
         self.send(&request.to_string());
         // Key-file approvals decide nothing under `require: "passkey"`: not watched then.
         let trusted = if self.policy.approvals.require.accepts_key_file() {
-            self.trusted.clone()
+            (*self.trusted).clone()
         } else {
             cajaguard_core::approval::TrustedKeys::default()
         };

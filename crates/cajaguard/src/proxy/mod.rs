@@ -29,6 +29,7 @@ use std::io::{BufRead, Write};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
+use cajaguard_core::agent::AgentId;
 use cajaguard_core::approval::TrustedKeys;
 use cajaguard_core::gate;
 use cajaguard_core::policy::Policy;
@@ -65,19 +66,24 @@ pub const MAX_JSON_DEPTH: usize = 128;
 /// Told to the agent at `initialize` and `server/discover`.
 pub const INSTRUCTIONS: &str = "UCP shopping tools pass through CajaGuard. complete_checkout is gated by caps, a merchant allowlist and human approvals; a refusal comes back as a tool result with structuredContent.cajaguard (verdict, reason, detail, next).";
 
+/// One agent's MCP session in front of the shop. `cajaguard mcp` has one; `cajaguard serve` makes
+/// one per agent session ([`Proxy::session`]), all sharing the policy, the store, the clock and the
+/// one shop link of the process.
 pub struct Proxy {
     policy: Arc<Policy>,
-    trusted: TrustedKeys,
-    store: Store,
-    shop: Shop,
+    trusted: Arc<TrustedKeys>,
+    store: Arc<Store>,
+    shop: Arc<Shop>,
     clock: Clock,
+    /// The agent this session is (the service's token or OAuth subject); `None` on stdio.
+    agent: Option<AgentId>,
     out: Sink,
     calls: Mutex<HashMap<String, CallState>>,
     calls_in_flight: AtomicUsize,
     /// URL-mode elicitation (SPEC §6): what the client declared, and the requests sent already.
     elicitation: elicit::Elicitation,
     /// When this process last wrote an audit log checkpoint (see `Proxy::checkpoint`).
-    last_checkpoint: Mutex<Option<time::OffsetDateTime>>,
+    last_checkpoint: Arc<Mutex<Option<time::OffsetDateTime>>>,
 }
 
 impl Proxy {
@@ -100,19 +106,60 @@ impl Proxy {
         shop.handshake()?;
         let proxy = Arc::new(Proxy {
             policy,
-            trusted,
-            store,
-            shop,
+            trusted: Arc::new(trusted),
+            store: Arc::new(store),
+            shop: Arc::new(shop),
             clock,
+            agent: None,
             out,
             calls: Mutex::new(HashMap::new()),
             calls_in_flight: AtomicUsize::new(0),
             elicitation: elicit::Elicitation::default(),
-            last_checkpoint: Mutex::new(None),
+            last_checkpoint: Arc::new(Mutex::new(None)),
         });
         // Reservations a crash or a silent shop left in flight (SPEC §4.13).
         proxy.spawn_reconciler();
         Ok(proxy)
+    }
+
+    /// A new agent session on the same shop link, store and policy (the service, SPEC §13): its
+    /// own answers (`output`), calls in flight and elicitation, and `agent` as the payer of every
+    /// `complete_checkout` it gates.
+    pub fn session(&self, agent: AgentId, output: Box<dyn Write + Send>) -> Arc<Proxy> {
+        Arc::new(Proxy {
+            policy: self.policy.clone(),
+            trusted: self.trusted.clone(),
+            store: self.store.clone(),
+            shop: self.shop.clone(),
+            clock: self.clock.clone(),
+            agent: Some(agent),
+            out: Sink::new(output),
+            calls: Mutex::new(HashMap::new()),
+            calls_in_flight: AtomicUsize::new(0),
+            elicitation: elicit::Elicitation::default(),
+            last_checkpoint: self.last_checkpoint.clone(),
+        })
+    }
+
+    /// The agent this session is, if any.
+    pub fn agent(&self) -> Option<&AgentId> {
+        self.agent.as_ref()
+    }
+
+    /// The store this proxy gates with (the service reads agent tokens and metrics from it).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// One message from the agent, as one line of `cajaguard mcp`'s stdio would carry it. Its
+    /// answer (if any) is written to the session's output, at once or from the call's thread.
+    pub fn handle_message(self: &Arc<Proxy>, message: String) {
+        self.dispatch(message);
+    }
+
+    /// Writes an audit log checkpoint now (the service at shutdown).
+    pub fn checkpoint_now(&self) {
+        self.checkpoint(true);
     }
 
     /// Reads the agent's messages until end of input. Returns when the agent hangs up.

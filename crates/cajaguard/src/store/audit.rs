@@ -27,8 +27,17 @@ pub enum AuditEvent {
     Unfrozen,
     /// A passkey of the approval page changed (SPEC §8: registrations are audit records).
     Passkey(PasskeyEvent),
+    /// An agent of the service was given a token, or lost it (SPEC §13).
+    Agent(AgentEvent),
     /// A process loaded the config (its SHA-256 is the record's note, SPEC §8).
     ConfigLoaded,
+}
+
+/// What happened to an agent's token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentEvent {
+    Added,
+    Removed,
 }
 
 /// What happened to the approval page's passkeys.
@@ -79,6 +88,7 @@ impl AuditEvent {
             AuditEvent::Frozen(_) => "frozen",
             AuditEvent::Unfrozen => "unfrozen",
             AuditEvent::Passkey(_) => "passkey",
+            AuditEvent::Agent(_) => "agent",
             AuditEvent::ConfigLoaded => "config",
         }
     }
@@ -97,6 +107,8 @@ impl AuditEvent {
             AuditEvent::Frozen(FrozenBy::Agent) => "frozen_by_agent",
             AuditEvent::Frozen(FrozenBy::ChargedDiffers) => "charged_differs",
             AuditEvent::Unfrozen => "unfrozen_by_human",
+            AuditEvent::Agent(AgentEvent::Added) => "agent_added",
+            AuditEvent::Agent(AgentEvent::Removed) => "agent_removed",
             AuditEvent::Passkey(PasskeyEvent::LinkIssued) => "passkey_link_issued",
             AuditEvent::Passkey(PasskeyEvent::Registered) => "passkey_registered",
             AuditEvent::Passkey(PasskeyEvent::Removed) => "passkey_removed",
@@ -137,6 +149,8 @@ pub struct AuditRecord {
     pub latency: Duration,
     /// Free text without secrets (e.g. "shop charged 9900, quoted 8900").
     pub note: Option<String>,
+    /// The paying agent (the service, SPEC §13).
+    pub agent: Option<String>,
 }
 
 impl AuditRecord {
@@ -153,6 +167,7 @@ impl AuditRecord {
             checkout_id: None,
             latency: Duration::ZERO,
             note: None,
+            agent: None,
         }
     }
 }
@@ -182,9 +197,11 @@ pub(super) fn leaf(event: AuditEvent, r: &AuditRecord, index: u64) -> Result<Lea
             .unwrap_or(i64::MAX)
             .min(cajaguard_core::money::MAX_MINOR),
         note: r.note.clone(),
+        agent: r.agent.clone(),
     })
 }
 
-/// The columns a [`Leaf`] is read from, in its field order, then `log_hashes`.
+/// The columns a [`Leaf`] is read from, in its field order, then `log_hashes`, then `agent`
+/// (added in schema 5, after the rest so every position before it stays).
 pub(super) const LEAF_COLUMNS: &str = "log_index, at, at_us, tool, verdict, reason, merchant, \
-     currency, total, request_id, idempotency_key, checkout_id, latency_us, note, log_hashes";
+     currency, total, request_id, idempotency_key, checkout_id, latency_us, note, log_hashes, agent";

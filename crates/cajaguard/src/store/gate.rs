@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use cajaguard_core::agent::AgentId;
 use cajaguard_core::approval::BasketDigest;
 use cajaguard_core::effect::{ApprovalCandidate, Effect, LedgerView, Outcome, PasskeyCandidate};
 use cajaguard_core::quote::Quote;
@@ -47,6 +48,7 @@ impl Store {
         request: &CompleteRequest,
         quote: &Quote,
         digest: &BasketDigest,
+        agent: Option<&AgentId>,
         window: Duration,
         now: OffsetDateTime,
         read_passkeys: bool,
@@ -66,7 +68,14 @@ impl Store {
         let outcome = self.write(&mut |tx| {
             tx.lock_currency(&quote.currency)?;
             tx.lock_checkout(&request.checkout_id)?;
-            let view = ledger::view(tx, &quote.currency, &request.checkout_id, window, now)?;
+            let view = ledger::view(
+                tx,
+                &quote.currency,
+                &request.checkout_id,
+                agent.map(AgentId::as_str),
+                window,
+                now,
+            )?;
             let candidates = approvals::candidates(tx, request_id)?;
             // Without the page no passkey approval can count or deny: one query less per decision.
             let passkey_candidates = if read_passkeys {
@@ -110,6 +119,7 @@ impl Store {
                             digest: &digest_hex,
                             revisit: false,
                             agent_profile: &request.agent_profile,
+                            agent: agent.map(AgentId::as_str),
                         },
                         now,
                     )?;
@@ -143,6 +153,9 @@ impl Store {
             record.checkout_id = record
                 .checkout_id
                 .or_else(|| Some(request.checkout_id.clone()));
+            record.agent = record
+                .agent
+                .or_else(|| agent.map(|a| a.as_str().to_owned()));
             record.latency = record.latency.saturating_add(started.elapsed());
             super::log::append(tx, AuditEvent::Ruled(outcome.ruling.reason()), &record)?;
             Ok(outcome)

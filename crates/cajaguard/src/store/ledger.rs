@@ -32,6 +32,35 @@ impl LedgerRow {
     }
 }
 
+/// The bucket account an agent's own spend in `currency` is kept under (SPEC §13), beside the
+/// currency's global account (the bare code): `USD/ci-bot`. Agent ids never hold `/` and currency
+/// codes are three letters, so no account reads as another; both are changed in the same
+/// transaction, under the same currency lock.
+pub(super) fn agent_account(currency: &str, agent: &str) -> String {
+    format!("{currency}/{agent}")
+}
+
+/// The agent a bucket account belongs to, or `None` for a currency's global account.
+pub(super) fn account_agent(account: &str) -> Option<(&str, &str)> {
+    account.split_once('/')
+}
+
+/// Adds the deltas to the currency's bucket and, for an agent's row, to the agent's as well.
+fn bump_accounts(
+    tx: &mut dyn Tx,
+    currency: &str,
+    agent: Option<&str>,
+    hour: i64,
+    settled: i64,
+    in_flight: i64,
+) -> Result<(), StoreError> {
+    tx.bump(currency, hour, settled, in_flight)?;
+    if let Some(agent) = agent {
+        tx.bump(&agent_account(currency, agent), hour, settled, in_flight)?;
+    }
+    Ok(())
+}
+
 fn hour_of(at: OffsetDateTime) -> i64 {
     at.unix_timestamp().div_euclid(SECONDS_PER_HOUR)
 }
@@ -44,22 +73,30 @@ pub(super) fn window_start_hour(window: Duration, now: OffsetDateTime) -> i64 {
         .div_euclid(SECONDS_PER_HOUR)
 }
 
-/// The view `decide` gets: the window's spend in `currency` without this checkout's own entry, and
-/// this checkout's state.
+/// The view `decide` gets: the window's spend in `currency` without this checkout's own entry
+/// (globally, and for `agent`'s own account), and this checkout's state.
 pub(super) fn view(
     tx: &mut dyn Tx,
     currency: &str,
     checkout_id: &str,
+    agent: Option<&str>,
     window: Duration,
     now: OffsetDateTime,
 ) -> Result<LedgerView, StoreError> {
     let from_hour = window_start_hour(window, now);
     let mut window_spent = tx.bucket_sum(currency, from_hour)?;
+    let mut agent_window_spent = match agent {
+        Some(agent) => tx.bucket_sum(&agent_account(currency, agent), from_hour)?,
+        None => 0,
+    };
     let checkout = match tx.ledger_row(checkout_id)? {
         None => CheckoutLedger::Fresh,
         Some(row) => {
             if row.currency == currency && row.hour >= from_hour {
                 window_spent -= row.counted();
+                if agent.is_some() && row.agent.as_deref() == agent {
+                    agent_window_spent -= row.counted();
+                }
             }
             match row.state {
                 State::Released => CheckoutLedger::Fresh,
@@ -79,6 +116,7 @@ pub(super) fn view(
     };
     Ok(LedgerView {
         window_spent,
+        agent_window_spent,
         checkout,
         frozen: super::freeze::current(tx)?,
     })
@@ -107,13 +145,20 @@ pub(super) fn reserve(
                     r.checkout_id
                 )));
             }
-            State::InFlight => tx.bump(&old.currency, old.hour, 0, -old.reserved)?,
+            State::InFlight => bump_accounts(
+                tx,
+                &old.currency,
+                old.agent.as_deref(),
+                old.hour,
+                0,
+                -old.reserved,
+            )?,
             State::Released => {}
         }
     }
     let hour = hour_of(now);
     tx.put_reservation(&r, hour, micros(now))?;
-    tx.bump(r.currency, hour, 0, r.total)
+    bump_accounts(tx, r.currency, r.agent, hour, 0, r.total)
 }
 
 /// A retry is forwarded without a new reservation, so the one it rides on must be there. Its
@@ -187,6 +232,7 @@ pub(super) fn settle(
         );
         tx.freeze_put(micros(now), &reason)?;
     }
+    let agent = row.agent.as_deref();
     match (settlement, row.state) {
         (Settlement::Unknown, _) => return Ok(()),
         (Settlement::Completed(charge), State::InFlight | State::Released) => {
@@ -200,12 +246,12 @@ pub(super) fn settle(
                 Some(charged_in) if charged_in != row.currency => {
                     // Charged in another currency: the reservation leaves its currency's window and
                     // the charge counts in the charged one, in the same hour.
-                    tx.bump(&row.currency, row.hour, 0, in_flight)?;
-                    tx.bump(charged_in, row.hour, charge.amount, 0)?;
+                    bump_accounts(tx, &row.currency, agent, row.hour, 0, in_flight)?;
+                    bump_accounts(tx, charged_in, agent, row.hour, charge.amount, 0)?;
                     tx.mark_settled(checkout_id, charge.amount, charged_in, micros(now))?;
                 }
                 _ => {
-                    tx.bump(&row.currency, row.hour, charge.amount, in_flight)?;
+                    bump_accounts(tx, &row.currency, agent, row.hour, charge.amount, in_flight)?;
                     tx.mark_settled(checkout_id, charge.amount, &row.currency, micros(now))?;
                 }
             }
@@ -219,7 +265,7 @@ pub(super) fn settle(
             }
         }
         (Settlement::Released, State::InFlight) => {
-            tx.bump(&row.currency, row.hour, 0, -row.reserved)?;
+            bump_accounts(tx, &row.currency, agent, row.hour, 0, -row.reserved)?;
             tx.mark_released(checkout_id, micros(now), released_by)?;
         }
         (Settlement::Released, State::Settled) => {

@@ -19,6 +19,7 @@
 //! are what callers get back. `Claim`, `Permit` and `Lease` live here, so that only the store's
 //! own modules can make one.
 
+mod agents;
 mod approvals;
 mod audit;
 mod claims;
@@ -38,6 +39,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use cajaguard_core::agent::AgentId;
 use cajaguard_core::approval::{ApprovalDocument, RequestId, TrustedKeys};
 use cajaguard_core::effect::Outcome;
 use cajaguard_core::freeze::{Frozen, VerifiedUnfreeze};
@@ -46,7 +48,10 @@ use cajaguard_core::policy::{Policy, StoreConfig, StoreUrl};
 use cajaguard_core::settle::Settlement;
 use time::OffsetDateTime;
 
-pub use self::audit::{AuditEvent, AuditRecord, Decided, FrozenBy, PasskeyEvent, SettledAs};
+pub use self::agents::AgentRow;
+pub use self::audit::{
+    AgentEvent, AuditEvent, AuditRecord, Decided, FrozenBy, PasskeyEvent, SettledAs,
+};
 pub use self::claims::Conflict;
 pub use self::error::StoreError;
 pub use self::log::{Anchor, LOG_KEY_FILE, LogHead};
@@ -407,7 +412,27 @@ impl Store {
         now: OffsetDateTime,
     ) -> Result<BTreeMap<String, WindowSpend>, StoreError> {
         let from_hour = ledger::window_start_hour(window, now);
-        self.read(&mut |tx| tx.window_spend(from_hour))
+        let mut all = self.read(&mut |tx| tx.window_spend(from_hour))?;
+        all.retain(|account, _| ledger::account_agent(account).is_none());
+        Ok(all)
+    }
+
+    /// The same for one agent's own spend (SPEC §13: an agent sees its own headroom).
+    pub fn agent_window_spend(
+        &self,
+        agent: &AgentId,
+        window: Duration,
+        now: OffsetDateTime,
+    ) -> Result<BTreeMap<String, WindowSpend>, StoreError> {
+        let from_hour = ledger::window_start_hour(window, now);
+        let all = self.read(&mut |tx| tx.window_spend(from_hour))?;
+        Ok(all
+            .into_iter()
+            .filter_map(|(account, spend)| match ledger::account_agent(&account) {
+                Some((currency, of)) if of == agent.as_str() => Some((currency.to_owned(), spend)),
+                _ => None,
+            })
+            .collect())
     }
 
     /// Requests still waiting for a human, oldest first (a request whose approval was used to

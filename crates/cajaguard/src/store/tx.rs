@@ -46,6 +46,8 @@ pub(super) struct LedgerRow {
     /// Reconciliation once released an attempt of this checkout as stale: it is read again
     /// within the window, whatever later attempts did, in case that attempt landed late.
     pub revisit: bool,
+    /// The paying agent (the service, SPEC §13): its own buckets count this row too.
+    pub agent: Option<String>,
 }
 
 /// A reservation the gate asked for.
@@ -61,6 +63,8 @@ pub(super) struct Reservation<'a> {
     pub revisit: bool,
     /// The paying agent's `meta.ucp-agent.profile`.
     pub agent_profile: &'a str,
+    /// The paying agent's id (the service); `None` on stdio.
+    pub agent: Option<&'a str>,
 }
 
 /// A checkout's claim row (SPEC §4 step 3a).
@@ -88,12 +92,15 @@ impl ReleasedBy {
 }
 
 /// The statements a transaction runs. Times are Unix microseconds, amounts minor units.
-pub(super) trait Tx: super::passkeys::PasskeyTx + super::log::LogTx {
+pub(super) trait Tx:
+    super::passkeys::PasskeyTx + super::log::LogTx + super::agents::AgentTx
+{
     /// Makes every other gate in `currency` wait until this transaction ends, whatever host it
     /// runs on. SQLite: nothing to do, `BEGIN IMMEDIATE` already holds the database's write lock.
     /// PostgreSQL: a row lock on `currency_locks`.
     fn lock_currency(&mut self, currency: &str) -> Result<(), StoreError>;
-    /// `settled + in_flight` over the buckets of `currency` from `from_hour` on.
+    /// `settled + in_flight` over the buckets of `currency` (an account: see
+    /// `ledger::account`) from `from_hour` on.
     fn bucket_sum(&mut self, currency: &str, from_hour: i64) -> Result<i64, StoreError>;
     /// The checkout's row; PostgreSQL also locks it until the transaction ends, so a settlement
     /// and a gate of the same checkout never interleave.

@@ -58,8 +58,11 @@ impl WebApp {
         let differs = match &reread {
             Ok(quote) => {
                 quote.status != "ready_for_complete"
-                    || BasketDigest::of(quote, &pending.request.instruments)
-                        != pending.request.digest
+                    || BasketDigest::of_request(
+                        quote,
+                        &pending.request.instruments,
+                        pending.request.agent.as_ref(),
+                    ) != pending.request.digest
             }
             Err(_) => true,
         };

@@ -250,7 +250,7 @@ pub(super) fn request(v: &RequestView<'_>) -> Result<Response, Response> {
                     escape(&amount(line.unit_price, &quote.currency))
                 );
             }
-            let fresh = BasketDigest::of(quote, &r.instruments);
+            let fresh = BasketDigest::of_request(quote, &r.instruments, r.agent.as_ref());
             let _ = write!(
                 body,
                 "</table><p>{} (request id now <code>{}</code>)</p></div>",

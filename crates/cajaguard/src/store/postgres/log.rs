@@ -11,7 +11,7 @@ use crate::store::log::{LogHead, LogTx};
 macro_rules! leaf_columns {
     () => {
         "log_index, at, at_us, tool, verdict, reason, merchant, currency, total, request_id, \
-         idempotency_key, checkout_id, latency_us, note, log_hashes"
+         idempotency_key, checkout_id, latency_us, note, log_hashes, agent"
     };
 }
 
@@ -58,6 +58,7 @@ impl PgTx<'_, '_> {
                 checkout_id: self.get(row, offset + 11)?,
                 latency_us: self.get(row, offset + 12)?,
                 note: self.get(row, offset + 13)?,
+                agent: self.get(row, offset + 15)?,
             },
             hashes.unwrap_or_default(),
         ))
@@ -69,8 +70,8 @@ impl LogTx for PgTx<'_, '_> {
         self.execute(
             "INSERT INTO audit (log_index, at, at_us, tool, verdict, reason, merchant, currency,
                                 total, request_id, idempotency_key, checkout_id, latency_us, note,
-                                log_hashes)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                                log_hashes, agent)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
             &[
                 &to_i64(l.index, "the log index")?,
                 &l.at,
@@ -87,6 +88,7 @@ impl LogTx for PgTx<'_, '_> {
                 &l.latency_us,
                 &l.note,
                 &log_hashes,
+                &l.agent,
             ],
         )?;
         Ok(())

@@ -34,6 +34,8 @@
 //! store is refused.
 
 #[cfg(feature = "postgres")]
+mod agents;
+#[cfg(feature = "postgres")]
 mod connection;
 #[cfg(feature = "postgres")]
 mod log;

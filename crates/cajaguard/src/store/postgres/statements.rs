@@ -34,7 +34,7 @@ impl Tx for PgTx<'_, '_> {
     fn ledger_row(&mut self, checkout_id: &str) -> Result<Option<LedgerRow>, StoreError> {
         let Some(row) = self.query_opt(
             "SELECT idempotency_key, currency, reserved, charged, state, hour, digest, reserved_at,
-                    COALESCE(released_by = 'reconcile', FALSE) FROM ledger
+                    COALESCE(released_by = 'reconcile', FALSE), agent FROM ledger
              WHERE checkout_id = $1 FOR UPDATE",
             &[&checkout_id],
         )?
@@ -52,6 +52,7 @@ impl Tx for PgTx<'_, '_> {
             digest: self.get(&row, 6)?,
             reserved_at_us: self.get(&row, 7)?,
             revisit: self.get(&row, 8)?,
+            agent: self.get(&row, 9)?,
         }))
     }
 
@@ -79,15 +80,15 @@ impl Tx for PgTx<'_, '_> {
     ) -> Result<(), StoreError> {
         self.execute(
             "INSERT INTO ledger
-                 (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at, digest, released_by, agent_profile)
+                 (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at, digest, released_by, agent_profile, agent)
              VALUES ($1, $2, $3, $4, $5, NULL, 'in_flight', $6, $7, NULL, $8,
-                     CASE WHEN $9 THEN 'reconcile' END, $10)
+                     CASE WHEN $9 THEN 'reconcile' END, $10, $11)
              ON CONFLICT (checkout_id) DO UPDATE SET
                  idempotency_key = excluded.idempotency_key, merchant = excluded.merchant,
                  currency = excluded.currency, reserved = excluded.reserved, charged = NULL,
                  state = 'in_flight', hour = excluded.hour, reserved_at = excluded.reserved_at,
                  settled_at = NULL, digest = excluded.digest, released_by = excluded.released_by,
-                 agent_profile = excluded.agent_profile",
+                 agent_profile = excluded.agent_profile, agent = excluded.agent",
             &[
                 &r.checkout_id,
                 &r.idempotency_key,
@@ -99,6 +100,7 @@ impl Tx for PgTx<'_, '_> {
                 &r.digest,
                 &r.revisit,
                 &r.agent_profile,
+                &r.agent,
             ],
         )?;
         Ok(())
@@ -332,12 +334,12 @@ impl Tx for PgTx<'_, '_> {
     fn upsert_pending(&mut self, p: &PendingRequest, at_us: i64) -> Result<(), StoreError> {
         let handler_ids = pending::handler_ids_json(p)?;
         self.execute(
-            "INSERT INTO pending (request_id, digest, merchant, checkout_id, currency, total, handler_ids, state, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $8)
+            "INSERT INTO pending (request_id, digest, merchant, checkout_id, currency, total, handler_ids, state, created_at, updated_at, agent)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $8, $9)
              ON CONFLICT (request_id) DO UPDATE SET
                  digest = excluded.digest, merchant = excluded.merchant, checkout_id = excluded.checkout_id,
                  currency = excluded.currency, total = excluded.total, handler_ids = excluded.handler_ids,
-                 state = 'pending', updated_at = excluded.updated_at",
+                 state = 'pending', updated_at = excluded.updated_at, agent = excluded.agent",
             &[
                 &p.request_id.as_str(),
                 &p.digest.to_hex(),
@@ -347,6 +349,7 @@ impl Tx for PgTx<'_, '_> {
                 &p.total,
                 &handler_ids,
                 &at_us,
+                &p.agent.as_ref().map(|a| a.as_str()),
             ],
         )?;
         Ok(())
@@ -362,7 +365,7 @@ impl Tx for PgTx<'_, '_> {
 
     fn pending_list(&mut self) -> Result<Vec<PendingRow>, StoreError> {
         let rows = self.query(
-            "SELECT request_id, digest, merchant, checkout_id, currency, total, handler_ids, created_at
+            "SELECT request_id, digest, merchant, checkout_id, currency, total, handler_ids, created_at, agent
              FROM pending WHERE state = 'pending' ORDER BY created_at, request_id",
             &[],
         )?;
@@ -373,7 +376,7 @@ impl Tx for PgTx<'_, '_> {
 
     fn pending_get(&mut self, id: &RequestId) -> Result<Option<PendingRow>, StoreError> {
         let row = self.query_opt(
-            "SELECT request_id, digest, merchant, checkout_id, currency, total, handler_ids, created_at
+            "SELECT request_id, digest, merchant, checkout_id, currency, total, handler_ids, created_at, agent
              FROM pending WHERE request_id = $1",
             &[&id.as_str()],
         )?;

@@ -102,6 +102,7 @@ impl PgTx<'_, '_> {
             self.get(row, 5)?,
             self.get(row, 6)?,
             self.get(row, 7)?,
+            self.get(row, 8)?,
         ))
     }
 }

@@ -60,6 +60,7 @@ type RawLeaf = (
     i64,
     Option<String>,
     Option<Vec<u8>>,
+    Option<String>,
 );
 
 fn read_raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawLeaf> {
@@ -79,6 +80,7 @@ fn read_raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawLeaf> {
         r.get(12)?,
         r.get(13)?,
         r.get(14)?,
+        r.get(15)?,
     ))
 }
 
@@ -99,6 +101,7 @@ fn leaf(raw: RawLeaf) -> Result<(Leaf, Vec<u8>), StoreError> {
         latency_us,
         note,
         hashes,
+        agent,
     ) = raw;
     Ok((
         Leaf {
@@ -116,6 +119,7 @@ fn leaf(raw: RawLeaf) -> Result<(Leaf, Vec<u8>), StoreError> {
             checkout_id,
             latency_us,
             note,
+            agent,
         },
         hashes.unwrap_or_default(),
     ))
@@ -127,8 +131,8 @@ impl LogTx for SqliteTx<'_> {
             .prepare_cached(
                 "INSERT INTO audit (log_index, at, at_us, tool, verdict, reason, merchant, currency,
                                     total, request_id, idempotency_key, checkout_id, latency_us,
-                                    note, log_hashes)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                                    note, log_hashes, agent)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
             )?
             .execute(params![
                 to_i64(l.index, "the log index")?,
@@ -146,6 +150,7 @@ impl LogTx for SqliteTx<'_> {
                 l.latency_us,
                 l.note,
                 log_hashes,
+                l.agent,
             ])?;
         Ok(())
     }
@@ -227,6 +232,7 @@ impl LogTx for SqliteTx<'_> {
                 r.get(13)?,
                 r.get(14)?,
                 None,
+                r.get(16)?,
             );
             Ok((id, raw))
         })?;

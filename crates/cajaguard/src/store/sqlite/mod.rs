@@ -3,6 +3,7 @@
 //! lock first, so processes sharing the home decide one at a time (waiting up to
 //! [`schema::BUSY_TIMEOUT`]). `statements.rs` says each [`Tx`] statement in SQLite's SQL.
 
+mod agents;
 pub(super) mod approval_files;
 mod log;
 mod passkeys;

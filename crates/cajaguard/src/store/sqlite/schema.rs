@@ -37,7 +37,7 @@ fn busy_wait(attempt: i32) -> bool {
     true
 }
 
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 // `spend_buckets` exists so the window sum costs the same with 10^3 or 10^6 ledger rows: it is kept
 // per currency and hour, in the same transactions that change the ledger, and the gate reads only
@@ -128,6 +128,19 @@ CREATE TABLE payment_freeze (
     id        INTEGER PRIMARY KEY CHECK (id = 1),
     frozen_at INTEGER NOT NULL,
     reason    TEXT NOT NULL
+);
+";
+
+/// Version 5: agents of the service (SPEC §13), the same as PostgreSQL's `0006_agents.sql`, which
+/// says what each is for.
+const SCHEMA_V5: &str = "
+ALTER TABLE ledger ADD COLUMN agent TEXT;
+ALTER TABLE pending ADD COLUMN agent TEXT;
+ALTER TABLE audit ADD COLUMN agent TEXT;
+CREATE TABLE agent_tokens (
+    name         TEXT PRIMARY KEY,
+    token_sha256 TEXT NOT NULL UNIQUE,
+    created_at   INTEGER NOT NULL
 );
 ";
 
@@ -237,7 +250,10 @@ fn migrate(conn: &mut Connection, db: &Path) -> Result<(), StoreError> {
             if version < 3 {
                 tx.execute_batch(super::passkeys::SCHEMA_V3)?;
             }
-            tx.execute_batch(super::log::SCHEMA_V4)?;
+            if version < 4 {
+                tx.execute_batch(super::log::SCHEMA_V4)?;
+            }
+            tx.execute_batch(SCHEMA_V5)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
         SCHEMA_VERSION => {}

@@ -74,7 +74,7 @@ impl Tx for SqliteTx<'_> {
             .conn
             .prepare_cached(
                 "SELECT idempotency_key, currency, reserved, charged, state, hour, digest, reserved_at,
-                        released_by = 'reconcile' FROM ledger WHERE checkout_id = ?1",
+                        released_by = 'reconcile', agent FROM ledger WHERE checkout_id = ?1",
             )?
             .query_row([checkout_id], |r| {
                 Ok((
@@ -87,11 +87,23 @@ impl Tx for SqliteTx<'_> {
                     r.get::<_, Option<String>>(6)?,
                     r.get::<_, i64>(7)?,
                     r.get::<_, Option<bool>>(8)?,
+                    r.get::<_, Option<String>>(9)?,
                 ))
             })
             .optional()?;
         raw.map(
-            |(idempotency_key, currency, reserved, charged, state, hour, digest, at, revisit)| {
+            |(
+                idempotency_key,
+                currency,
+                reserved,
+                charged,
+                state,
+                hour,
+                digest,
+                at,
+                revisit,
+                agent,
+            )| {
                 Ok(LedgerRow {
                     idempotency_key,
                     currency,
@@ -102,6 +114,7 @@ impl Tx for SqliteTx<'_> {
                     digest,
                     reserved_at_us: at,
                     revisit: revisit.unwrap_or(false),
+                    agent,
                 })
             },
         )
@@ -134,11 +147,11 @@ impl Tx for SqliteTx<'_> {
         self.conn
             .prepare_cached(
                 "INSERT OR REPLACE INTO ledger
-                     (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at, digest, released_by, agent_profile)
+                     (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at, digest, released_by, agent_profile, agent)
                  VALUES (?1, ?2, ?3, ?4, ?5, NULL, 'in_flight', ?6, ?7, NULL, ?8,
-                         CASE WHEN ?9 THEN 'reconcile' END, ?10)",
+                         CASE WHEN ?9 THEN 'reconcile' END, ?10, ?11)",
             )?
-            .execute(params![r.checkout_id, r.idempotency_key, r.merchant, r.currency, r.total, hour, at_us, r.digest, r.revisit, r.agent_profile])?;
+            .execute(params![r.checkout_id, r.idempotency_key, r.merchant, r.currency, r.total, hour, at_us, r.digest, r.revisit, r.agent_profile, r.agent])?;
         Ok(())
     }
 
@@ -363,12 +376,12 @@ impl Tx for SqliteTx<'_> {
     fn upsert_pending(&mut self, p: &PendingRequest, at_us: i64) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(
-                "INSERT INTO pending (request_id, digest, merchant, checkout_id, currency, total, handler_ids, state, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?8)
+                "INSERT INTO pending (request_id, digest, merchant, checkout_id, currency, total, handler_ids, state, created_at, updated_at, agent)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?8, ?9)
                  ON CONFLICT (request_id) DO UPDATE SET
                      digest = excluded.digest, merchant = excluded.merchant, checkout_id = excluded.checkout_id,
                      currency = excluded.currency, total = excluded.total, handler_ids = excluded.handler_ids,
-                     state = 'pending', updated_at = excluded.updated_at",
+                     state = 'pending', updated_at = excluded.updated_at, agent = excluded.agent",
             )?
             .execute(params![
                 p.request_id.as_str(),
@@ -378,7 +391,8 @@ impl Tx for SqliteTx<'_> {
                 p.currency,
                 p.total,
                 pending::handler_ids_json(p)?,
-                at_us
+                at_us,
+                p.agent.as_ref().map(|a| a.as_str())
             ])?;
         Ok(())
     }
@@ -443,5 +457,6 @@ fn read_pending(r: &rusqlite::Row<'_>) -> rusqlite::Result<pending::Raw> {
         r.get(5)?,
         r.get(6)?,
         r.get(7)?,
+        r.get(8)?,
     ))
 }

@@ -1,0 +1,95 @@
+//! The service's agents (SPEC §13): bearer tokens made by `cajaguard agent add`, kept as their
+//! SHA-256 only, so the store (out of the agents' reach) can say who a token is but never hand
+//! one back.
+
+use cajaguard_core::agent::AgentId;
+use time::OffsetDateTime;
+
+use super::audit::AgentEvent;
+use super::{AuditEvent, AuditRecord, Store, StoreError, micros, passkeys::created, token_hash};
+
+/// One agent with a token, as `agent list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentRow {
+    pub name: AgentId,
+    pub created_at: OffsetDateTime,
+}
+
+/// The statements behind agent tokens.
+pub(super) trait AgentTx {
+    /// `false` when an agent of that name already has a token.
+    fn agent_insert(
+        &mut self,
+        name: &str,
+        token_sha256: &str,
+        at_us: i64,
+    ) -> Result<bool, StoreError>;
+    /// Name and creation time (µs), by name.
+    fn agent_list(&mut self) -> Result<Vec<(String, i64)>, StoreError>;
+    /// `false` when no agent of that name had a token.
+    fn agent_delete(&mut self, name: &str) -> Result<bool, StoreError>;
+    fn agent_by_token(&mut self, token_sha256: &str) -> Result<Option<String>, StoreError>;
+}
+
+impl Store {
+    /// Gives `name` the token `token` (only its hash is kept). `Ok(false)`: the agent has one
+    /// already (remove it first: a token is shown once and never replaced silently).
+    pub fn add_agent(
+        &self,
+        name: &AgentId,
+        token: &str,
+        now: OffsetDateTime,
+        audit: &AuditRecord,
+    ) -> Result<bool, StoreError> {
+        let hash = token_hash(token);
+        let mut record = audit.clone();
+        record.agent = Some(name.as_str().to_owned());
+        self.write(&mut |tx| {
+            if !tx.agent_insert(name.as_str(), &hash, micros(now))? {
+                return Ok(false);
+            }
+            super::log::append(tx, AuditEvent::Agent(AgentEvent::Added), &record)?;
+            Ok(true)
+        })
+    }
+
+    /// The agents with a token, by name.
+    pub fn agents(&self) -> Result<Vec<AgentRow>, StoreError> {
+        let rows = self.read(&mut |tx| tx.agent_list())?;
+        rows.into_iter()
+            .map(|(name, at)| {
+                Ok(AgentRow {
+                    name: AgentId::parse(&name).map_err(|_| {
+                        StoreError::Inconsistent(format!(
+                            "the agent_tokens table holds a malformed name {:?}",
+                            cajaguard_core::display::name(&name)
+                        ))
+                    })?,
+                    created_at: created(at)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Takes `name`'s token away: the service refuses it from the next request on. `Ok(false)`:
+    /// no such agent.
+    pub fn remove_agent(&self, name: &AgentId, audit: &AuditRecord) -> Result<bool, StoreError> {
+        let mut record = audit.clone();
+        record.agent = Some(name.as_str().to_owned());
+        self.write(&mut |tx| {
+            if !tx.agent_delete(name.as_str())? {
+                return Ok(false);
+            }
+            super::log::append(tx, AuditEvent::Agent(AgentEvent::Removed), &record)?;
+            Ok(true)
+        })
+    }
+
+    /// The agent whose token this is, if any. Looked up by the token's SHA-256 (an index seek
+    /// whose timing says nothing about the token: an attacker cannot choose the hash's prefix).
+    pub fn agent_by_token(&self, token: &str) -> Result<Option<AgentId>, StoreError> {
+        let hash = token_hash(token);
+        let name = self.read(&mut |tx| tx.agent_by_token(&hash))?;
+        Ok(name.and_then(|n| AgentId::parse(&n).ok()))
+    }
+}

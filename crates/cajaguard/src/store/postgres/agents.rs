@@ -1,0 +1,44 @@
+//! Agent tokens in PostgreSQL (rules in `store/agents.rs`; table in `0006_agents.sql`).
+
+use super::transaction::PgTx;
+use crate::store::StoreError;
+use crate::store::agents::AgentTx;
+
+impl AgentTx for PgTx<'_, '_> {
+    fn agent_insert(
+        &mut self,
+        name: &str,
+        token_sha256: &str,
+        at_us: i64,
+    ) -> Result<bool, StoreError> {
+        let n = self.execute(
+            "INSERT INTO agent_tokens (name, token_sha256, created_at) VALUES ($1, $2, $3)
+             ON CONFLICT (name) DO NOTHING",
+            &[&name, &token_sha256, &at_us],
+        )?;
+        Ok(n == 1)
+    }
+
+    fn agent_list(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+        let rows = self.query(
+            "SELECT name, created_at FROM agent_tokens ORDER BY name",
+            &[],
+        )?;
+        rows.iter()
+            .map(|row| Ok((self.get(row, 0)?, self.get(row, 1)?)))
+            .collect()
+    }
+
+    fn agent_delete(&mut self, name: &str) -> Result<bool, StoreError> {
+        let n = self.execute("DELETE FROM agent_tokens WHERE name = $1", &[&name])?;
+        Ok(n == 1)
+    }
+
+    fn agent_by_token(&mut self, token_sha256: &str) -> Result<Option<String>, StoreError> {
+        let row = self.query_opt(
+            "SELECT name FROM agent_tokens WHERE token_sha256 = $1",
+            &[&token_sha256],
+        )?;
+        row.map(|row| self.get(&row, 0)).transpose()
+    }
+}
