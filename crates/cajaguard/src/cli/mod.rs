@@ -12,6 +12,7 @@ mod mcp;
 mod output;
 mod passkey;
 mod pending;
+mod serve;
 mod status;
 mod terminal;
 mod verify;
@@ -57,6 +58,8 @@ enum Command {
     Freeze(freeze::FreezeArgs),
     /// Let payments through again: signed with the approver key, asked on the terminal.
     Unfreeze(freeze::UnfreezeArgs),
+    /// Serve the gate to many agents over MCP Streamable HTTP on serve.listen (SPEC §13).
+    Serve(serve::Args),
     /// Serve the local approval page (passkeys) on approvals.web.listen.
     Web(web::Args),
     /// Register (one-time link), list or remove the passkeys that approve on the page.
@@ -206,6 +209,7 @@ pub fn main() -> ExitCode {
         Command::ClientConfig(args) => client_config::run(&args),
         Command::Audit(command) => audit::run(&command),
         Command::Web(args) => web::run(&args),
+        Command::Serve(args) => serve::run(&args),
         Command::Passkey(command) => passkey::run(&command),
     };
     match outcome {
