@@ -3,6 +3,7 @@
 //! 0 done, 1 unexpected, 2 usage or config, 3 unknown id / not approved / checkout changed / the
 //! human said no, 4 denied.
 
+mod agent;
 pub(crate) mod approve;
 mod audit;
 mod client_config;
@@ -68,6 +69,9 @@ enum Command {
     /// Check the tamper-evident audit log, and write or check proofs of its records.
     #[command(subcommand)]
     Audit(audit::Command),
+    /// Give the service's agents bearer tokens (printed once), list them, or take one away.
+    #[command(subcommand)]
+    Agent(agent::Command),
     /// Print a ready-to-paste MCP client entry (claude-desktop, claude-code, cursor, vscode).
     ClientConfig(client_config::Args),
 }
@@ -211,6 +215,7 @@ pub fn main() -> ExitCode {
         Command::Web(args) => web::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Passkey(command) => passkey::run(&command),
+        Command::Agent(command) => agent::run(&command),
     };
     match outcome {
         Ok(exit) => ExitCode::from(exit),

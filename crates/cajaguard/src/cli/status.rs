@@ -2,6 +2,7 @@
 
 use super::Exit;
 use cajaguard_core::display;
+use cajaguard_core::money::{self, Currency};
 use std::path::PathBuf;
 
 use super::{Failure, Outcome};
@@ -63,6 +64,29 @@ fn status(args: &Args) -> Outcome {
                 text(&cap["spent"]),
                 text(&cap["in_flight"]),
                 text(&cap["remaining"]),
+            );
+        }
+    }
+    // The service's agents (SPEC §13): each one's own spend beside the global table.
+    let agents = crate::status::agent_spend(&policy, &store, time::OffsetDateTime::now_utc())
+        .map_err(Failure::from)?;
+    if !agents.is_empty() {
+        println!(
+            "{:<24} {:<5} {:>12} {:>12} {:>14}",
+            "agent", "", "spent", "in flight", "window cap"
+        );
+        for row in &agents {
+            let major = |minor: i64| match Currency::from_code(&row.currency) {
+                Ok(currency) => money::format_major(minor, currency),
+                Err(_) => minor.to_string(),
+            };
+            println!(
+                "{:<24} {:<5} {:>12} {:>12} {:>14}",
+                row.agent.as_str(),
+                display::terminal(&row.currency),
+                major(row.spent.settled),
+                major(row.spent.in_flight),
+                row.window.map_or_else(|| "global only".to_owned(), major),
             );
         }
     }

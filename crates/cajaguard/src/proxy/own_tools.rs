@@ -1,5 +1,6 @@
 //! CajaGuard's own tools: `cajaguard_status`, `cajaguard_approval_status` (both read only) and
-//! `cajaguard_freeze` (an agent may stop payments, never start them).
+//! `cajaguard_freeze` (an agent may stop payments, never start them). For an agent of the
+//! service (`Proxy::session`) the two read-only tools show only that agent's own requests.
 
 use cajaguard_core::approval::RequestId;
 
@@ -31,9 +32,21 @@ impl Proxy {
         }
     }
 
+    /// `cajaguard_status`: on stdio the global document; for an agent of the service, its own
+    /// caps, headroom and requests beside the global caps, never another agent's (SPEC §13).
     pub(super) fn status_tool(&self) -> Answer {
-        match crate::status::document_with(&self.policy, &self.store, &self.trusted, (self.clock)())
-        {
+        let now = (self.clock)();
+        let document = match &self.agent {
+            None => crate::status::document_with(&self.policy, &self.store, &self.trusted, now),
+            Some(agent) => crate::status::document_for_agent(
+                &self.policy,
+                &self.store,
+                &self.trusted,
+                agent,
+                now,
+            ),
+        };
+        match document {
             Ok(document) => tool_result(&document, false),
             Err(e) => tool_result(&serde_json::json!({"error": e.to_string()}), true),
         }
@@ -46,6 +59,22 @@ impl Proxy {
             .map(RequestId::parse)
         {
             Some(Ok(request_id)) => {
+                // An agent of the service learns nothing of another agent's request: an id that
+                // is not one of its own pending requests reads as unknown (SPEC §13).
+                if let Some(agent) = &self.agent {
+                    match self.store.pending_request(&request_id) {
+                        Ok(Some(row)) if row.request.agent.as_ref() == Some(agent) => {}
+                        Ok(_) => {
+                            return tool_result(
+                                &serde_json::json!({ "status": ApprovalStatus::Invalid.as_str() }),
+                                false,
+                            );
+                        }
+                        Err(e) => {
+                            return tool_result(&serde_json::json!({"error": e.to_string()}), true);
+                        }
+                    }
+                }
                 match self.store.approval_status(
                     &request_id,
                     &self.trusted,
