@@ -4,6 +4,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cli;
+pub mod clock;
 pub mod keys;
 pub mod proxy;
 pub mod service;

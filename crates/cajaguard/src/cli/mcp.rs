@@ -8,36 +8,32 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{Failure, Outcome};
-use crate::proxy::{self, Proxy, ShopError};
+use crate::proxy::{Proxy, ShopError};
 
 pub fn run(config: &Path) -> Outcome {
     let policy = Arc::new(super::load_policy(config)?);
     let trusted = super::load_trusted(&policy)?;
-    let store = super::open_store(&policy)?;
+    let store = Arc::new(super::open_store(&policy)?);
     super::log_config_loaded(&store, &policy, "cajaguard mcp")?;
+    let clock = super::decision_clock(&store)?;
     // Plain files over fds 0 and 1: no std buffering layer and no lock per line (see ARCHITECTURE.md).
     let (input, output) =
         stdio_files().map_err(|e| Failure::unexpected(format!("cannot use stdio: {e}")))?;
-    let proxy = Proxy::start(
-        policy.clone(),
-        trusted,
-        store,
-        proxy::system_clock(),
-        Box::new(output),
-    )
-    .map_err(|e: ShopError| {
-        // Exit 2 for what is fixed in the config or the environment, 1 for a shop that failed.
-        super::said(
-            if e.is_configuration() {
-                Exit::Usage
-            } else {
-                Exit::Unexpected
-            },
-            &e,
-            e.says_what_to_do(),
-            "check that the downstream is a working MCP server (try running it by hand)",
-        )
-    })?;
+    let proxy = Proxy::start(policy.clone(), trusted, store, clock, Box::new(output)).map_err(
+        |e: ShopError| {
+            // Exit 2 for what is fixed in the config or the environment, 1 for a shop that failed.
+            super::said(
+                if e.is_configuration() {
+                    Exit::Usage
+                } else {
+                    Exit::Unexpected
+                },
+                &e,
+                e.says_what_to_do(),
+                "check that the downstream is a working MCP server (try running it by hand)",
+            )
+        },
+    )?;
     tracing::info!(mode = ?policy.mode, config = %policy.source.display(), "cajaguard serving MCP on stdio");
     proxy
         .serve(Box::new(BufReader::with_capacity(64 * 1024, input)))

@@ -326,6 +326,16 @@ pub fn env(name: &str) -> Option<OsString> {
 
 /// Says in the audit log that `tool` started under this config, with the config's SHA-256 (SPEC
 /// §8). A process that cannot write that does not start: its decisions would have no policy.
+/// The clock the gate decides by: the database's with PostgreSQL (SPEC §13), else this host's.
+fn decision_clock(
+    store: &std::sync::Arc<crate::store::Store>,
+) -> Result<crate::proxy::Clock, Failure> {
+    let host = crate::clock::host_clock()
+        .map_err(|e| Failure::usage(e, "unset it, or give whole seconds"))?;
+    crate::clock::decision_clock(store, host)
+        .map_err(|e| Failure::unexpected(format!("cannot read the store's clock: {e}")))
+}
+
 pub fn log_config_loaded(
     store: &crate::store::Store,
     policy: &Policy,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Exit, Failure, Outcome};
-use crate::proxy::{self, Proxy, ShopError};
+use crate::proxy::{Proxy, ShopError};
 use crate::service::{self, Service};
 
 #[derive(clap::Args)]
@@ -32,8 +32,9 @@ pub fn run(args: &Args) -> Outcome {
         Some(oauth) => Some(oauth_verifier(oauth)?),
     };
     let trusted = super::load_trusted(&policy)?;
-    let store = super::open_store(&policy)?;
+    let store = Arc::new(super::open_store(&policy)?);
     super::log_config_loaded(&store, &policy, "cajaguard serve")?;
+    let clock = super::decision_clock(&store)?;
     let listener = TcpListener::bind(serve.listen).map_err(|e| {
         Failure::usage(
             format!("cannot listen on {}: {e}", serve.listen),
@@ -46,7 +47,7 @@ pub fn run(args: &Args) -> Outcome {
         policy.clone(),
         trusted,
         store,
-        proxy::system_clock(),
+        clock.clone(),
         Box::new(std::io::sink()),
     )
     .map_err(|e: ShopError| {
@@ -61,7 +62,7 @@ pub fn run(args: &Args) -> Outcome {
             "check that the downstream is a working MCP server (try running it by hand)",
         )
     })?;
-    let service = Service::new(base.clone(), policy.clone(), jwt, proxy::system_clock())
+    let service = Service::new(base.clone(), policy.clone(), jwt, clock)
         .map_err(|e| Failure::usage(e, "add a serve object (SPEC §13)"))?;
     // A request waits for its answer as long as the proxy may take: a read-back and the
     // forwarded call, each bounded by the shop's timeout, plus the store.

@@ -91,7 +91,7 @@ impl Proxy {
     pub fn start(
         policy: Arc<Policy>,
         trusted: TrustedKeys,
-        store: Store,
+        store: Arc<Store>,
         clock: Clock,
         output: Box<dyn Write + Send>,
     ) -> Result<Arc<Proxy>, ShopError> {
@@ -107,7 +107,7 @@ impl Proxy {
         let proxy = Arc::new(Proxy {
             policy,
             trusted: Arc::new(trusted),
-            store: Arc::new(store),
+            store,
             shop: Arc::new(shop),
             clock,
             agent: None,
