@@ -39,8 +39,9 @@ struct Cli {
 enum Command {
     /// Write an Ed25519 approver key pair (approver.key.pem, approver.pub.pem).
     Keygen(keygen::Args),
-    /// Serve MCP on stdio in front of the configured shop.
-    Mcp(ConfigArg),
+    /// Serve MCP on stdio: the gate in front of the configured shop (--config), or a bridge to a
+    /// CajaGuard service (--connect) for clients that speak only stdio.
+    Mcp(mcp::Args),
     /// Caps, spend and headroom per currency, and the requests waiting for a decision.
     Status(status::Args),
     /// Payments waiting for a human's decision (not those approved or denied already).
@@ -67,13 +68,6 @@ enum Command {
     Audit(audit::Command),
     /// Print a ready-to-paste MCP client entry (claude-desktop, claude-code, cursor, vscode).
     ClientConfig(client_config::Args),
-}
-
-#[derive(clap::Args)]
-struct ConfigArg {
-    /// The CajaGuard config file (JSON).
-    #[arg(long, value_name = "FILE")]
-    config: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -194,7 +188,7 @@ pub fn main() -> ExitCode {
     init_logging();
     let outcome = match cli.command {
         Command::Keygen(args) => keygen::run(&args),
-        Command::Mcp(args) => mcp::run(&args.config),
+        Command::Mcp(args) => mcp::run(&args),
         Command::Status(args) => status::run(&args),
         Command::Pending(args) => pending::run(&args),
         Command::Show(args) => pending::show(&args),
