@@ -193,7 +193,10 @@ fn a_session_through_the_bridge_initializes_lists_and_calls_and_ends_at_eof() {
     let (code, rest, stderr) = bridge.hang_up();
     assert_eq!(code, 0, "{stderr}");
     assert!(rest.is_empty(), "no line for the notification: {rest:?}");
-    assert!(!stderr.contains(SHOP_TOKEN), "the token in the logs: {stderr}");
+    assert!(
+        !stderr.contains(SHOP_TOKEN),
+        "the token in the logs: {stderr}"
+    );
 }
 
 #[test]
@@ -228,7 +231,10 @@ fn a_missing_or_empty_token_variable_is_a_usage_error_naming_it() {
         let out = command.stdin(Stdio::null()).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");
-        assert!(stderr.contains(&format!("${TOKEN_VAR} is not set")), "{stderr}");
+        assert!(
+            stderr.contains(&format!("${TOKEN_VAR} is not set")),
+            "{stderr}"
+        );
         assert!(out.stdout.is_empty(), "stdout is only MCP");
     }
 }
@@ -388,12 +394,20 @@ fn serve_one(mut stream: TcpStream, seen: &Mutex<Vec<Seen>>, sessions: &Mutex<u3
         "tools/call" => match message["params"]["name"].as_str().unwrap_or("") {
             "slow" => {
                 std::thread::sleep(Duration::from_millis(1500));
-                reply("200 OK", &json, &answer(json!({"content": [], "tag": "slow"})));
+                reply(
+                    "200 OK",
+                    &json,
+                    &answer(json!({"content": [], "tag": "slow"})),
+                );
             }
             "forget" if seen_now.header("mcp-session-id").is_some() => {
                 reply("404 Not Found", &[], "session not found");
             }
-            _ => reply("200 OK", &json, &answer(json!({"content": [], "tag": "fast"}))),
+            _ => reply(
+                "200 OK",
+                &json,
+                &answer(json!({"content": [], "tag": "fast"})),
+            ),
         },
         _ => reply("400 Bad Request", &[], "unexpected"),
     }
@@ -456,7 +470,11 @@ fn the_bridge_sends_the_clients_bytes_with_token_session_and_version_and_deletes
     for s in &seen[1..] {
         assert_eq!(s.header("mcp-session-id"), Some("sess-1"), "{s:?}");
         // The version the service chose, not the one the client offered.
-        assert_eq!(s.header("mcp-protocol-version"), Some("2025-06-18"), "{s:?}");
+        assert_eq!(
+            s.header("mcp-protocol-version"),
+            Some("2025-06-18"),
+            "{s:?}"
+        );
     }
     assert_eq!(seen[2].body, odd, "the client's bytes, unchanged");
 }
@@ -467,20 +485,25 @@ fn a_slow_call_does_not_hold_up_a_fast_one() {
     let mut bridge = Bridge::start(&url, &[(TOKEN_VAR, SCRIPTED_TOKEN)]);
     bridge.send(&initialize(1));
     bridge.read();
-    let call = |id: u64, name: &str| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name}})
-    };
+    let call = |id: u64, name: &str| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name}});
     bridge.send(&call(2, "slow"));
     bridge.send(&call(3, "fast"));
     let first = bridge.read();
     let second = bridge.read();
-    assert_eq!((first["id"].clone(), second["id"].clone()), (json!(3), json!(2)));
+    assert_eq!(
+        (first["id"].clone(), second["id"].clone()),
+        (json!(3), json!(2))
+    );
     assert_eq!(second["result"]["tag"], "slow", "{second}");
     // Both answered before EOF, and EOF waits for a call still in flight.
     bridge.send(&call(4, "slow"));
     let (code, rest, stderr) = bridge.hang_up();
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!(rest.len(), 1, "the call in flight is answered before exit: {rest:?}");
+    assert_eq!(
+        rest.len(),
+        1,
+        "the call in flight is answered before exit: {rest:?}"
+    );
     assert!(rest[0].contains(r#""tag":"slow""#), "{rest:?}");
 }
 
@@ -506,7 +529,11 @@ fn a_forgotten_session_is_an_error_for_that_call_and_is_dropped_not_resent() {
         .filter(|s| s.rpc_method().as_deref() == Some("tools/call"))
         .map(|s| s.header("mcp-session-id"))
         .collect();
-    assert_eq!(calls, [Some("sess-1"), None], "sent once each, never resent");
+    assert_eq!(
+        calls,
+        [Some("sess-1"), None],
+        "sent once each, never resent"
+    );
     let last = seen.last().unwrap();
     assert_eq!(last.method, "DELETE");
     assert_eq!(last.header("mcp-session-id"), Some("sess-2"));
@@ -524,8 +551,33 @@ fn a_service_that_is_down_is_an_error_for_each_request() {
     let answer = bridge.read();
     assert_eq!(answer["id"], 1, "{answer}");
     let message = answer["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("cannot reach the CajaGuard service"), "{answer}");
+    assert!(
+        message.contains("cannot reach the CajaGuard service"),
+        "{answer}"
+    );
     assert!(message.contains("was not sent"), "{answer}");
     let (code, _, stderr) = bridge.hang_up();
     assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn a_2026_07_28_request_carries_its_version_method_and_name_in_headers_without_a_handshake() {
+    let (url, seen) = scripted_server();
+    let mut bridge = Bridge::start(&url, &[(TOKEN_VAR, SCRIPTED_TOKEN)]);
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    let answer = bridge.request(
+        1,
+        "tools/call",
+        json!({"name": "search_catalog", "arguments": {}, "_meta": meta}),
+    );
+    assert_eq!(answer["result"]["tag"], "fast", "{answer}");
+    let (code, _, stderr) = bridge.hang_up();
+    assert_eq!(code, 0, "{stderr}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "no session, so no DELETE: {seen:?}");
+    assert_eq!(seen[0].header("mcp-protocol-version"), Some("2026-07-28"));
+    assert_eq!(seen[0].header("mcp-method"), Some("tools/call"));
+    assert_eq!(seen[0].header("mcp-name"), Some("search_catalog"));
+    assert_eq!(seen[0].header("mcp-session-id"), None);
 }

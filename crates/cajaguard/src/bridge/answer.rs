@@ -277,7 +277,10 @@ impl Bridge {
                 && let line = one_line(text.trim())
                 && let Ok(envelope) = Envelope::parse(&line)
                 && envelope.error.is_some()
-                && envelope.id.as_deref().is_some_and(|id| same_id(id, &request.id))
+                && envelope
+                    .id
+                    .as_deref()
+                    .is_some_and(|id| same_id(id, &request.id))
             {
                 self.send(&line);
                 return Ok(());

@@ -19,9 +19,7 @@ pub enum SetupError {
     VarName(String),
     #[error("${0} is not set (or is empty): the bridge reads the service's bearer token from it")]
     MissingToken(String),
-    #[error(
-        "${0} does not hold a usable bearer token (printable ASCII, no spaces or line breaks)"
-    )]
+    #[error("${0} does not hold a usable bearer token (printable ASCII, no spaces or line breaks)")]
     BadToken(String),
 }
 
@@ -252,9 +250,11 @@ mod tests {
             .unwrap();
         assert!(matches!(err, SetupError::MissingToken(_)));
         let secret = "cg_agent_0123456789";
-        let err = Service::new(url, Some("CG_TOKEN"), |_| Some(format!("{secret}\n").into()))
-            .err()
-            .unwrap();
+        let err = Service::new(url, Some("CG_TOKEN"), |_| {
+            Some(format!("{secret}\n").into())
+        })
+        .err()
+        .unwrap();
         assert!(matches!(err, SetupError::BadToken(_)));
         assert!(!err.to_string().contains(secret), "{err}");
         let err = Service::new(url, Some("1-BAD"), |_| Some(secret.into()))
