@@ -85,11 +85,12 @@ struct IdArgs {
 /// The exit codes of SPEC §7, the one place they are numbered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
-    /// Done; for `verify`, approved.
+    /// Done; for `verify`, approved; for `mcp`, the client hung up.
     Done = 0,
     /// Anything unexpected (a store that failed, no randomness).
     Unexpected = 1,
-    /// A usage or config error, and `keygen` refusing to overwrite.
+    /// A usage or config error (for `mcp --connect`, a URL not allowed or an unset token
+    /// variable), and `keygen` refusing to overwrite.
     Usage = 2,
     /// An unknown id, not approved (pending, invalid, used, expired), a checkout that changed, or
     /// a human who said no.
