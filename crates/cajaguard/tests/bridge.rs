@@ -293,7 +293,8 @@ const SCRIPTED_TOKEN: &str = "cg-scripted-token-1234";
 /// A Streamable HTTP server with a session (`sess-1`, then `sess-2` after a second `initialize`):
 /// it negotiates 2025-06-18 whatever is offered, answers `tools/list` with an event stream that
 /// carries a progress notification first, `tools/call` by name (`slow` after 1.5 s, `forget`
-/// with 404 as a server that lost the session, anything else at once), notifications with 202,
+/// with 404 as a server that lost the session, `vanish` with a stream that ends without an
+/// answer after 0.5 s, anything else at once), notifications with 202,
 /// and every request without the token with 401.
 fn scripted_server() -> (String, Arc<Mutex<Vec<Seen>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -399,6 +400,12 @@ fn serve_one(mut stream: TcpStream, seen: &Mutex<Vec<Seen>>, sessions: &Mutex<u3
                     &json,
                     &answer(json!({"content": [], "tag": "slow"})),
                 );
+            }
+            "vanish" => {
+                // A stream that ends without the answer, as for a cancelled request.
+                std::thread::sleep(Duration::from_millis(500));
+                let headers = [("Content-Type", "text/event-stream".to_owned())];
+                reply("200 OK", &headers, ": bye\n\n");
             }
             "forget" if seen_now.header("mcp-session-id").is_some() => {
                 reply("404 Not Found", &[], "session not found");
@@ -580,4 +587,29 @@ fn a_2026_07_28_request_carries_its_version_method_and_name_in_headers_without_a
     assert_eq!(seen[0].header("mcp-method"), Some("tools/call"));
     assert_eq!(seen[0].header("mcp-name"), Some("search_catalog"));
     assert_eq!(seen[0].header("mcp-session-id"), None);
+}
+
+#[test]
+fn a_stream_ending_without_the_answer_is_an_error_unless_the_client_cancelled_the_call() {
+    let (url, _seen) = scripted_server();
+    let mut bridge = Bridge::start(&url, &[(TOKEN_VAR, SCRIPTED_TOKEN)]);
+    let call = |id: u64| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "vanish"}});
+    bridge.send(&call(1));
+    let answer = bridge.read();
+    assert_eq!(answer["id"], 1, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("without answering the call")
+            && message.contains("may have been processed"),
+        "{answer}"
+    );
+    // Cancelled: MCP says no answer comes, so no error either.
+    bridge.send(&call(2));
+    bridge.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 2, "reason": "user"}}),
+    );
+    let (code, rest, stderr) = bridge.hang_up();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(rest.is_empty(), "nothing for the cancelled call: {rest:?}");
 }

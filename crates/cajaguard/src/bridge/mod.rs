@@ -17,6 +17,7 @@
 mod answer;
 mod service;
 
+use std::collections::HashMap;
 use std::io::{self, BufRead, Write};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -51,8 +52,15 @@ pub struct Bridge {
     session: Mutex<Option<String>>,
     /// The protocol version the last `initialize` agreed on.
     protocol_version: Mutex<Option<String>>,
-    in_flight: Mutex<usize>,
+    in_flight: Mutex<InFlight>,
     idle: Condvar,
+}
+
+/// The requests on their threads: how many, and by id whether the client cancelled them.
+#[derive(Default)]
+struct InFlight {
+    count: usize,
+    cancelled: HashMap<String, bool>,
 }
 
 /// One request of the client's, as it is forwarded.
@@ -74,7 +82,7 @@ impl Bridge {
             out: Sink::new(output),
             session: Mutex::new(None),
             protocol_version: Mutex::new(None),
-            in_flight: Mutex::new(0),
+            in_flight: Mutex::new(InFlight::default()),
             idle: Condvar::new(),
         })
     }
@@ -126,10 +134,16 @@ impl Bridge {
             Ok(envelope) => envelope,
             Err(invalid) => return self.send(&invalid.line()),
         };
-        let (Some(method), Some(id)) = (envelope.method, envelope.id) else {
-            // A notification or the client's answer to the service: in order, on this thread.
-            self.notify(&line);
-            return;
+        let (method, id) = match (envelope.method, envelope.id) {
+            (Some(method), Some(id)) => (method, id),
+            (method, _) => {
+                // A notification or the client's answer to the service: in order, on this thread.
+                if method.as_deref() == Some("notifications/cancelled") {
+                    self.note_cancelled(envelope.params.as_deref());
+                }
+                self.notify(&line);
+                return;
+            }
         };
         let era = era::of_request(Some(&id), envelope.params.as_deref()).unwrap_or(Era::Legacy);
         let name = match era {
@@ -148,7 +162,7 @@ impl Bridge {
             self.request(&request);
             return;
         }
-        if !self.take_slot() {
+        if !self.take_slot(&request.id) {
             self.send(&jsonrpc::error(
                 Some(&request.id),
                 jsonrpc::OVERLOADED,
@@ -174,10 +188,10 @@ impl Bridge {
                         "the call failed inside CajaGuard's bridge; it may have reached the service",
                     ));
                 }
-                bridge.release_slot();
+                bridge.release_slot(&request.id);
             });
         if spawned.is_err() {
-            self.release_slot();
+            self.release_slot(&id);
             self.send(&jsonrpc::error(
                 Some(&id),
                 jsonrpc::INTERNAL_ERROR,
@@ -193,28 +207,56 @@ impl Bridge {
         }
     }
 
-    fn take_slot(&self) -> bool {
+    fn take_slot(&self, id: &RawValue) -> bool {
         let mut in_flight = lock(&self.in_flight);
-        if *in_flight >= MAX_CALLS_IN_FLIGHT {
+        if in_flight.count >= MAX_CALLS_IN_FLIGHT {
             return false;
         }
-        *in_flight += 1;
+        in_flight.count += 1;
+        in_flight.cancelled.insert(jsonrpc::id_key(id), false);
         true
     }
 
-    fn release_slot(&self) {
+    fn release_slot(&self, id: &RawValue) {
         let mut in_flight = lock(&self.in_flight);
-        *in_flight = in_flight.saturating_sub(1);
-        if *in_flight == 0 {
+        in_flight.count = in_flight.count.saturating_sub(1);
+        in_flight.cancelled.remove(&jsonrpc::id_key(id));
+        if in_flight.count == 0 {
             self.idle.notify_all();
         }
+    }
+
+    /// `notifications/cancelled` for a request in flight: MCP says it gets no answer, so its
+    /// failure is not reported either (an answer the service sends anyway is passed on).
+    fn note_cancelled(&self, params: Option<&RawValue>) {
+        #[derive(serde::Deserialize)]
+        struct Cancelled {
+            #[serde(rename = "requestId")]
+            request_id: Box<RawValue>,
+        }
+        let Some(cancelled) = params.and_then(|p| serde_json::from_str::<Cancelled>(p.get()).ok())
+        else {
+            return;
+        };
+        let key = jsonrpc::id_key(&cancelled.request_id);
+        if let Some(flag) = lock(&self.in_flight).cancelled.get_mut(&key) {
+            *flag = true;
+        }
+    }
+
+    fn was_cancelled(&self, id: &RawValue) -> bool {
+        lock(&self.in_flight)
+            .cancelled
+            .get(&jsonrpc::id_key(id))
+            .copied()
+            .unwrap_or(false)
     }
 
     /// Waits until no call is in flight, at most `timeout`; whether they all finished.
     fn drain(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut in_flight = lock(&self.in_flight);
-        while *in_flight > 0 {
+        while in_flight.count > 0 {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
