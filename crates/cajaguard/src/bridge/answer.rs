@@ -123,6 +123,10 @@ impl Bridge {
             .and_then(|response| self.answer(response, request, session.as_deref()));
         if let Err(failed) = outcome {
             let message = failed.message(&self.service);
+            if self.was_cancelled(&request.id) {
+                tracing::debug!("a cancelled call ended without an answer: {message}");
+                return;
+            }
             tracing::warn!(
                 method = %cajaguard_core::display::name(&request.method),
                 "{message}"
