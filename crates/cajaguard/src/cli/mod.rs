@@ -41,8 +41,9 @@ struct Cli {
 enum Command {
     /// Write an Ed25519 approver key pair (approver.key.pem, approver.pub.pem).
     Keygen(keygen::Args),
-    /// Serve MCP on stdio in front of the configured shop.
-    Mcp(ConfigArg),
+    /// Serve MCP on stdio: the gate in front of the configured shop (--config), or a bridge to a
+    /// CajaGuard service (--connect) for clients that speak only stdio.
+    Mcp(mcp::Args),
     /// Caps, spend and headroom per currency, and the requests waiting for a decision.
     Status(status::Args),
     /// Payments waiting for a human's decision (not those approved or denied already).
@@ -77,13 +78,6 @@ enum Command {
 }
 
 #[derive(clap::Args)]
-struct ConfigArg {
-    /// The CajaGuard config file (JSON).
-    #[arg(long, value_name = "FILE")]
-    config: PathBuf,
-}
-
-#[derive(clap::Args)]
 struct IdArgs {
     /// A request id (cg-...), as printed when a payment was blocked.
     id: String,
@@ -98,11 +92,12 @@ struct IdArgs {
 /// The exit codes of SPEC §7, the one place they are numbered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
-    /// Done; for `verify`, approved.
+    /// Done; for `verify`, approved; for `mcp`, the client hung up.
     Done = 0,
     /// Anything unexpected (a store that failed, no randomness).
     Unexpected = 1,
-    /// A usage or config error, and `keygen` refusing to overwrite.
+    /// A usage or config error (for `mcp --connect`, a URL not allowed or an unset token
+    /// variable), and `keygen` refusing to overwrite.
     Usage = 2,
     /// An unknown id, not approved (pending, invalid, used, expired), a checkout that changed, or
     /// a human who said no.
@@ -201,7 +196,7 @@ pub fn main() -> ExitCode {
     init_logging();
     let outcome = match cli.command {
         Command::Keygen(args) => keygen::run(&args),
-        Command::Mcp(args) => mcp::run(&args.config),
+        Command::Mcp(args) => mcp::run(&args),
         Command::Status(args) => status::run(&args),
         Command::Pending(args) => pending::run(&args),
         Command::Show(args) => pending::show(&args),
