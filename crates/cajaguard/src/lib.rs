@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod keys;
 pub mod proxy;
+pub mod service;
 pub mod status;
 pub mod store;
 pub mod web;

@@ -1,0 +1,3 @@
+//! `cajaguard serve`: the gate as an MCP Streamable HTTP service for many agents (SPEC §13).
+
+pub mod oauth;
