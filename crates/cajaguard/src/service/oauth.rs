@@ -109,6 +109,11 @@ pub enum OauthError {
     #[error("serve.oauth.{0} is empty: set it (see SPEC §13)")]
     EmptySetting(&'static str),
     #[error(
+        "jsonwebtoken has no single crypto backend: this build enabled both or neither of its \
+         rust_crypto and aws_lc_rs features; build cajaguard with rust_crypto only"
+    )]
+    NoCryptoBackend,
+    #[error(
         "the JWKS URL {0} is refused: use https://, or http:// only to a loopback address \
          such as 127.0.0.1 or [::1]"
     )]
@@ -595,6 +600,11 @@ impl TokenVerifier {
             if value.is_empty() {
                 return Err(OauthError::EmptySetting(name));
             }
+        }
+        // One backend, chosen by the crate's features; two (aws_lc_rs unified in by another
+        // crate) would leave it none, and every check would panic.
+        if jsonwebtoken::crypto::CryptoProvider::try_get_default().is_none() {
+            return Err(OauthError::NoCryptoBackend);
         }
         let source = settings.jwks;
         let (keys, fetcher) = match &source {
