@@ -191,3 +191,147 @@ fn each_agent_spends_under_its_own_caps_and_identity() {
         String::from_utf8_lossy(&verify.stderr)
     );
 }
+
+mod oauth {
+    //! The same service with `serve.oauth`: JWT access tokens from the team's issuer, checked
+    //! against a JWKS file, every failure a 401 that reaches nothing.
+
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use p256::ecdsa::signature::Signer as _;
+    use serde_json::{Value, json};
+    use sha2::Digest as _;
+
+    use super::*;
+
+    const ISSUER: &str = "https://issuer.example";
+    const AUDIENCE: &str = "https://gate.example/mcp";
+
+    fn b64(bytes: impl AsRef<[u8]>) -> String {
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    fn key() -> p256::ecdsa::SigningKey {
+        p256::ecdsa::SigningKey::from_slice(&[7u8; 32]).unwrap()
+    }
+
+    fn jwk() -> Value {
+        let point = key()
+            .verifying_key()
+            .to_sec1_point(false)
+            .as_bytes()
+            .to_vec();
+        json!({ "kty": "EC", "crv": "P-256", "kid": "k1", "use": "sig",
+                "x": b64(&point[1..33]), "y": b64(&point[33..65]) })
+    }
+
+    fn now() -> i64 {
+        time::OffsetDateTime::now_utc().unix_timestamp()
+    }
+
+    fn claims(sub: &str) -> Value {
+        json!({ "iss": ISSUER, "aud": AUDIENCE, "sub": sub, "exp": now() + 600, "nbf": now() - 10 })
+    }
+
+    fn es256(claims: &Value) -> String {
+        let input = format!(
+            "{}.{}",
+            b64(json!({"alg": "ES256", "kid": "k1", "typ": "JWT"}).to_string()),
+            b64(claims.to_string())
+        );
+        let signature: p256::ecdsa::Signature = key().sign(input.as_bytes());
+        format!("{input}.{}", b64(signature.to_bytes()))
+    }
+
+    /// HMAC-SHA256 (RFC 2104) over `message`, for the key-confusion token.
+    fn hmac(key: &[u8], message: &[u8]) -> Vec<u8> {
+        let mut block = [0u8; 64];
+        block[..key.len().min(64)].copy_from_slice(&key[..key.len().min(64)]);
+        let pad = |byte: u8| block.iter().map(|b| b ^ byte).collect::<Vec<u8>>();
+        let inner = sha2::Sha256::digest([pad(0x36), message.to_vec()].concat());
+        sha2::Sha256::digest([pad(0x5c), inner.to_vec()].concat()).to_vec()
+    }
+
+    fn served() -> (World, Served) {
+        let world = World::new();
+        let jwks = world.dir.path().join("jwks.json");
+        std::fs::write(&jwks, json!({ "keys": [jwk()] }).to_string()).unwrap();
+        let url = add_serve(
+            &world.config,
+            json!({ "oauth": { "issuer": ISSUER, "audience": AUDIENCE, "jwks_file": "jwks.json" } }),
+            json!({}),
+        );
+        let served = Served::start(&world.config, &url, &[]);
+        (world, served)
+    }
+
+    #[test]
+    fn a_valid_token_names_the_agent_and_every_bad_one_is_a_401() {
+        let (world, served) = served();
+        let good = es256(&claims("carol"));
+        let mut carol = HttpMcp::connect(&served.url, &good);
+        assert!(carol.tool_names().contains(&"complete_checkout".to_owned()));
+        let checkout = carol.create_checkout("trail-socks", 1);
+        assert_eq!(verdict(&carol.pay(&checkout)).0, "allow");
+        let shop_calls = world.shop_calls().len();
+
+        let header_none = b64(json!({"alg": "none", "typ": "JWT"}).to_string());
+        let body = b64(claims("carol").to_string());
+        let hs_input = format!(
+            "{}.{body}",
+            b64(json!({"alg": "HS256", "kid": "k1"}).to_string())
+        );
+        let public_x = jwk()["x"].as_str().unwrap().to_owned();
+        let bad: Vec<(&str, String)> = vec![
+            (
+                "expired",
+                es256(
+                    &json!({ "iss": ISSUER, "aud": AUDIENCE, "sub": "carol", "exp": now() - 3600 }),
+                ),
+            ),
+            (
+                "wrong iss",
+                es256(
+                    &json!({ "iss": "https://other.example", "aud": AUDIENCE, "sub": "carol", "exp": now() + 600 }),
+                ),
+            ),
+            (
+                "wrong aud",
+                es256(
+                    &json!({ "iss": ISSUER, "aud": "https://other.example/mcp", "sub": "carol", "exp": now() + 600 }),
+                ),
+            ),
+            ("alg none", format!("{header_none}.{body}.")),
+            (
+                "HMAC with the public key",
+                format!(
+                    "{hs_input}.{}",
+                    b64(hmac(public_x.as_bytes(), hs_input.as_bytes()))
+                ),
+            ),
+            ("a signature of another token", {
+                let other = es256(&claims("dave"));
+                let good_parts: Vec<&str> = good.split('.').collect();
+                let sig = other.rsplit('.').next().unwrap();
+                format!("{}.{}.{sig}", good_parts[0], good_parts[1])
+            }),
+        ];
+        for (what, token) in &bad {
+            let auth = format!("Bearer {token}");
+            let reply = post(&served.url, &[("authorization", &auth)], &create_body());
+            assert_eq!(reply.status, 401, "{what}: {reply:?}");
+            assert!(
+                reply
+                    .header("www-authenticate")
+                    .unwrap_or_default()
+                    .contains("invalid_token"),
+                "{what}"
+            );
+        }
+        assert_eq!(
+            world.shop_calls().len(),
+            shop_calls,
+            "a refused token reached the shop"
+        );
+    }
+}

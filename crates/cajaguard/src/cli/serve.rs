@@ -82,11 +82,26 @@ pub fn run(args: &Args) -> Outcome {
     Ok(Exit::Done)
 }
 
+/// `serve.oauth` as a token check: the JWKS is read (or fetched) now, so a bad one stops the
+/// service at start rather than refusing every agent later.
 fn oauth_verifier(
-    _oauth: &cajaguard_core::policy::OauthPolicy,
+    oauth: &cajaguard_core::policy::OauthPolicy,
 ) -> Result<Box<service::VerifyJwt>, Failure> {
-    Err(Failure::usage(
-        "serve.oauth is not supported by this build yet",
-        "use agent tokens (`cajaguard agent add <name>`) for now",
-    ))
+    use cajaguard_core::policy::JwksSource as Source;
+    use service::oauth::{JwksSource, OauthSettings, TokenVerifier};
+    let jwks = match &oauth.jwks {
+        Source::File(path) => JwksSource::File(path.clone()),
+        Source::Url(url) => JwksSource::Url(url.clone()),
+    };
+    let mut settings = OauthSettings::new(oauth.issuer.clone(), oauth.audience.clone(), jwks);
+    settings.agent_claim = oauth.agent_claim.clone();
+    let verifier = TokenVerifier::new(settings).map_err(|e| {
+        Failure::usage(
+            format!("serve.oauth: {e}"),
+            "fix serve.oauth (issuer, audience, jwks_file or jwks_url)",
+        )
+    })?;
+    Ok(Box::new(move |token, now| {
+        verifier.verify(token, now).map_err(|e| e.to_string())
+    }))
 }

@@ -158,9 +158,22 @@ async fn mcp(
             "this Origin may not call the gate: add it to serve.allowed_origins if it should",
         );
     }
-    let agent = match service.authenticate(header_text(&headers, "authorization")) {
-        Ok(agent) => agent,
-        Err(why) => return unauthorized(&service, &headers, &why),
+    // On the blocking pool: the token is looked up in the store (a PostgreSQL round trip), and
+    // an OAuth key set may be fetched again for an unknown key id.
+    let authorization = header_text(&headers, "authorization").map(str::to_owned);
+    let checking = service.clone();
+    let checked =
+        tokio::task::spawn_blocking(move || checking.authenticate(authorization.as_deref())).await;
+    let agent = match checked {
+        Ok(Ok(agent)) => agent,
+        Ok(Err(why)) => return unauthorized(&service, &headers, &why),
+        Err(_) => {
+            return unauthorized(
+                &service,
+                &headers,
+                &Unauthenticated::Invalid("the token check failed".to_owned()),
+            );
+        }
     };
     let session_id = header_text(&headers, SESSION_HEADER).map(str::to_owned);
     match method {

@@ -7,6 +7,7 @@
 //! session's answers back to the request that asked.
 
 mod http;
+pub mod oauth;
 mod session;
 
 use std::collections::HashMap;
