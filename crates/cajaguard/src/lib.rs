@@ -7,6 +7,7 @@ pub mod bridge;
 pub mod cli;
 pub mod clock;
 pub mod keys;
+pub mod metrics;
 pub mod proxy;
 pub mod service;
 pub mod status;

@@ -181,6 +181,31 @@ fn each_agent_spends_under_its_own_caps_and_identity() {
     assert_eq!(alice.close(), 200);
     assert_eq!(alice.close(), 404, "a closed session is gone");
 
+    // The metrics count the decisions and the spend, with no agent or checkout in any label.
+    let metrics =
+        cajaguard_harness::service::send("GET", &served.url.replace("/mcp", "/metrics"), &[], None);
+    assert_eq!(metrics.status, 200);
+    let text = metrics.body;
+    for line in [
+        r#"cajaguard_decisions_total{verdict="allow",reason="within_caps"} 2"#,
+        r#"cajaguard_decisions_total{verdict="denied",reason="over_window_cap"} 1"#,
+        r#"cajaguard_decisions_total{verdict="denied",reason="over_per_transaction_cap"} 1"#,
+        r#"cajaguard_window_spent_minor_units{currency="USD"} 4800"#,
+        r#"cajaguard_window_headroom_minor_units{currency="USD"} 10200"#,
+        "cajaguard_approvals_waiting 0",
+        "cajaguard_frozen 0",
+        "cajaguard_store_up 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    assert!(
+        text.contains("cajaguard_store_gate_seconds_count 4"),
+        "{text}"
+    );
+    for private in ["alice", "bob", &first, "demo-outfitters"] {
+        assert!(!text.contains(private), "{private} is in the metrics");
+    }
+
     // Graceful shutdown; then the audit log, with the agents in it, verifies.
     let status = served.terminate();
     assert!(status.success(), "serve exited with {status}");

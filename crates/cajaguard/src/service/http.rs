@@ -44,6 +44,7 @@ pub fn serve(
         let router = axum::Router::new()
             .route("/mcp", axum::routing::any(mcp))
             .route(METADATA_PATH, axum::routing::get(metadata))
+            .route("/metrics", axum::routing::get(metrics))
             .route(
                 &format!("{METADATA_PATH}/mcp"),
                 axum::routing::get(metadata),
@@ -116,6 +117,32 @@ async fn metadata(State(state): State<Shared>, headers: HeaderMap) -> Response {
         "resource_name": "CajaGuard spend gate",
     });
     json(StatusCode::OK, body.to_string())
+}
+
+/// Prometheus text (SPEC §13). Not behind a token: it holds the global figures every agent's
+/// `cajaguard_status` shows, and nothing per agent, merchant or checkout. `Origin` still holds.
+async fn metrics(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    if !state
+        .service
+        .origin_allowed(header_text(&headers, "origin"))
+    {
+        return text(
+            StatusCode::FORBIDDEN,
+            "this Origin may not read the metrics",
+        );
+    }
+    let base = state.service.base().clone();
+    match tokio::task::spawn_blocking(move || base.metrics_text()).await {
+        Ok(body) => {
+            let mut response = Response::new(Body::from(body));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            response
+        }
+        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "the metrics failed"),
+    }
 }
 
 fn unauthorized(service: &Service, headers: &HeaderMap, why: &Unauthenticated) -> Response {
