@@ -1,7 +1,7 @@
 //! `cargo xtask report [--quick] [--out DIR]`: builds the binaries (same profile as this xtask:
 //! release through the `cargo xtask` alias), runs every scenario of SPEC §10 and the project's own
-//! end to end, measures every cost beside its physical floor and a bounded 8-process throughput
-//! run, then writes `cajaguard.md` and `cajaguard.json` and prints the markdown. The last line is
+//! end to end, measures every cost beside its physical floor, a bounded 8-process throughput run
+//! and a bounded run of 16 agents on 2 `cajaguard serve` processes sharing PostgreSQL, then writes `cajaguard.md` and `cajaguard.json` and prints the markdown. The last line is
 //! `Scenarios as expected: N/N`; the exit code is 1 if any scenario is off (or a measurement failed).
 //!
 //! Full mode writes `reports/` and refreshes the block between `<!-- report:start -->` and
@@ -14,6 +14,7 @@ mod render;
 mod scenarios;
 mod stats;
 mod throughput;
+mod throughput_service;
 mod timing;
 
 use std::path::{Path, PathBuf};
@@ -165,6 +166,11 @@ fn report(args: &Args) -> Result<bool> {
     let throughput = throughput::run(scratch.path(), per_process, &progress);
     let throughput_seconds = phase.elapsed().as_secs_f64();
 
+    let phase = Instant::now();
+    let service_throughput =
+        throughput_service::run(scratch.path(), sizes.service_payments_per_agent, &progress);
+    let service_throughput_seconds = phase.elapsed().as_secs_f64();
+
     let run = render::Run {
         mode,
         profile,
@@ -172,11 +178,13 @@ fn report(args: &Args) -> Result<bool> {
         scenarios,
         timing,
         throughput,
+        service_throughput,
         scratch_dir: scratch_parent.clone(),
         seconds: render::Seconds {
             scenarios: scenarios_seconds,
             timing: timing_seconds,
             throughput: throughput_seconds,
+            service_throughput: service_throughput_seconds,
             total: started.elapsed().as_secs_f64(),
         },
     };

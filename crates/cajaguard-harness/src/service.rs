@@ -49,6 +49,15 @@ pub struct Served {
 impl Served {
     /// Starts `cajaguard serve --config CONFIG` and waits until `url` takes connections.
     pub fn start(config: &Path, url: &str, env: &[(&str, &str)]) -> Served {
+        Served::start_with(config, url, env, false)
+    }
+
+    /// [`Served::start`] with the service's stderr dropped (the report's output is its own).
+    pub fn start_quiet(config: &Path, url: &str, env: &[(&str, &str)]) -> Served {
+        Served::start_with(config, url, env, true)
+    }
+
+    fn start_with(config: &Path, url: &str, env: &[(&str, &str)], quiet: bool) -> Served {
         let mut command = Command::new(cajaguard_bin());
         command
             .args(["serve", "--config"])
@@ -56,18 +65,19 @@ impl Served {
             .env_remove("CAJAGUARD_KEY_DIR")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .stderr(if quiet { Stdio::null() } else { Stdio::piped() });
         for (k, v) in env {
             command.env(k, v);
         }
         let mut child = command.spawn().unwrap();
-        let stderr = child.stderr.take().unwrap();
         // Relay stderr (the test's output shows why a service failed).
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("[serve] {line}");
-            }
-        });
+        if let Some(stderr) = child.stderr.take() {
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    eprintln!("[serve] {line}");
+                }
+            });
+        }
         let addr = url
             .trim_start_matches("http://")
             .trim_end_matches("/mcp")
@@ -128,7 +138,24 @@ impl Reply {
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
+    /// The body as JSON; for an event stream (`text/event-stream`, as some MCP servers answer a
+    /// request), the last `data:` line that is a JSON-RPC response.
     pub fn json(&self) -> Value {
+        let stream = self
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("text/event-stream"));
+        if stream {
+            let answer = self
+                .body
+                .lines()
+                .rev()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+                .find(|message| message.get("id").is_some() && message.get("method").is_none());
+            return answer.unwrap_or_else(|| {
+                panic!("no JSON-RPC answer in the event stream: {}", self.body)
+            });
+        }
         serde_json::from_str(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.status, self.body))
     }
@@ -140,11 +167,26 @@ pub fn post(url: &str, headers: &[(&str, &str)], body: &str) -> Reply {
 }
 
 pub fn send(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str>) -> Reply {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+    send_with(&client(), method, url, headers, body)
+}
+
+/// An HTTP client that hands back every status; its connections are kept alive between requests.
+pub fn client() -> ureq::Agent {
+    ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(60)))
         .build()
-        .into();
+        .into()
+}
+
+/// [`send`] on `agent`'s connections.
+pub fn send_with(
+    agent: &ureq::Agent,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Reply {
     let mut request = ureq::http::Request::builder().method(method).uri(url);
     for (k, v) in headers {
         request = request.header(*k, *v);
@@ -166,7 +208,16 @@ pub fn send(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str
         .iter()
         .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
         .collect();
-    let body = response.into_body().read_to_string().unwrap_or_default();
+    let stream = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("text/event-stream"));
+    let body = if stream {
+        answer_event(response.into_body().into_reader())
+    } else {
+        response.into_body().read_to_string().unwrap_or_default()
+    };
     Reply {
         status,
         headers,
@@ -174,12 +225,35 @@ pub fn send(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str
     }
 }
 
-/// One agent's MCP session with the service (2025-11-25: `initialize`, then `Mcp-Session-Id`).
+/// An event stream read up to the end of the event that carries a JSON-RPC response, as an MCP
+/// client does: the stream's end may come later (a server may hold its last chunk back).
+fn answer_event(reader: impl std::io::Read) -> String {
+    let mut body = String::new();
+    let mut answered = false;
+    for line in BufReader::new(reader).lines().map_while(Result::ok) {
+        if line.is_empty() && answered {
+            break;
+        }
+        if let Some(data) = line.strip_prefix("data:")
+            && serde_json::from_str::<Value>(data.trim())
+                .is_ok_and(|m| m.get("id").is_some() && m.get("method").is_none())
+        {
+            answered = true;
+        }
+        body.push_str(&line);
+        body.push('\n');
+    }
+    body
+}
+
+/// One agent's MCP session with the service (2025-11-25: `initialize`, then `Mcp-Session-Id`),
+/// on one kept-alive connection.
 pub struct HttpMcp {
     pub url: String,
     pub token: String,
     pub session: Option<String>,
     next_id: u64,
+    client: ureq::Agent,
 }
 
 impl HttpMcp {
@@ -190,6 +264,7 @@ impl HttpMcp {
             token: token.to_owned(),
             session: None,
             next_id: 0,
+            client: client(),
         };
         let reply = mcp.post_message(&json!({
             "jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -215,7 +290,13 @@ impl HttpMcp {
             headers.push(("mcp-session-id", session.as_str()));
             headers.push(("mcp-protocol-version", "2025-11-25"));
         }
-        post(&self.url, &headers, &message.to_string())
+        send_with(
+            &self.client,
+            "POST",
+            &self.url,
+            &headers,
+            Some(&message.to_string()),
+        )
     }
 
     /// A request; the whole JSON-RPC response.
@@ -279,6 +360,6 @@ impl HttpMcp {
         if let Some(session) = &self.session {
             headers.push(("mcp-session-id", session.as_str()));
         }
-        send("DELETE", &self.url, &headers, None).status
+        send_with(&self.client, "DELETE", &self.url, &headers, None).status
     }
 }

@@ -231,8 +231,8 @@ fn shop_completed(world: &World) -> BTreeMap<String, i64> {
 /// spend; and no refusal was spurious (each refused payment would have passed a window).
 fn assert_no_overspend(pair: &Pair, payments: &[Payment], what: &str) {
     let completed = shop_completed(&pair.world);
-    let mut by_agent = vec![0_i64; AGENTS];
-    let mut attempted = vec![0_i64; AGENTS];
+    let mut by_agent = [0_i64; AGENTS];
+    let mut attempted = [0_i64; AGENTS];
     for p in payments {
         attempted[p.agent] += p.amount;
         let reached = pair.world.completes_reaching_shop(&p.checkout);

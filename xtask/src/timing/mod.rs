@@ -8,6 +8,7 @@ mod audit;
 mod core;
 mod floors;
 mod mcp;
+mod service;
 mod store;
 
 use std::path::Path;
@@ -26,6 +27,10 @@ pub struct Sizes {
     pub disk: usize,
     pub round_trip: usize,
     pub fixture_round_trip: usize,
+    /// Forwarded calls through `cajaguard serve` and straight to the fixture over HTTP, each.
+    pub service_round_trip: usize,
+    /// Payments per agent in the service throughput run (16 agents).
+    pub service_payments_per_agent: usize,
     pub process: usize,
     pub big_ledger_rows: u64,
 }
@@ -38,6 +43,8 @@ impl Sizes {
             disk: 400,
             round_trip: 5_000,
             fixture_round_trip: 200,
+            service_round_trip: 2_000,
+            service_payments_per_agent: 60,
             process: 50,
             big_ledger_rows: 1_000_000,
         }
@@ -50,6 +57,8 @@ impl Sizes {
             disk: 100,
             round_trip: 500,
             fixture_round_trip: 30,
+            service_round_trip: 400,
+            service_payments_per_agent: 20,
             process: 10,
             big_ledger_rows: 100_000,
         }
@@ -192,6 +201,11 @@ pub fn run(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> Result<Timi
 
     progress("MCP round trips: straight to the shop and through cajaguard mcp");
     crate::scenarios::caught(|| mcp::round_trip_rows(&mut t, &setup, sizes))?;
+
+    progress(
+        "cajaguard serve: forwarded calls over HTTP, straight to the fixture and through the service",
+    );
+    crate::scenarios::caught(|| service::service_rows(&mut t, homes.path(), sizes))?;
 
     progress("cold start: spawn cajaguard mcp + initialize + tools/list");
     let cold = crate::scenarios::caught(|| mcp::cold_start(&setup, sizes.process))?;

@@ -1,0 +1,294 @@
+//! A bounded throughput run of the service (SPEC §13): 16 agents on 2 `cajaguard serve` processes
+//! sharing one PostgreSQL store, each agent paying USD 24.00 checkouts back to back over MCP
+//! Streamable HTTP against a global window that fits half of all payments and agent windows that
+//! fit three quarters of each agent's. Counts gated decisions per second and overspend (globally
+//! and per agent, from the store: must be 0), beside two floors measured in the same run: the
+//! same load on one service process, and one PostgreSQL commit round trip.
+//!
+//! Each service's shop is the test shop answering from memory (a child of each process), so the
+//! run measures the service, the gate and the shared store. Needs `CAJAGUARD_TEST_POSTGRES_URL`
+//! (CI sets it); without it the run is reported as not run.
+
+use std::path::Path;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow, bail};
+use cajaguard::store::{AuditRecord, Store};
+use cajaguard_core::agent::AgentId;
+use cajaguard_harness::fixtures::postgres_config;
+use cajaguard_harness::pg;
+use cajaguard_harness::service::{HttpMcp, Served, add_serve};
+use cajaguard_harness::{Options, completed, money, shop_checkout, verdict};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::scenarios::{caught, setup, test_shop_world};
+use crate::stats::{Summary, time_n};
+
+pub const AGENTS: usize = 16;
+const TOTAL_MINOR: i64 = 2400;
+const URL_ENV: &str = "CAJAGUARD_STORE_URL";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Load {
+    pub processes: usize,
+    pub decisions: usize,
+    pub seconds: f64,
+    pub decisions_per_second: f64,
+    pub allowed: usize,
+    pub over_window_cap: usize,
+    pub other: usize,
+    /// Settled + in-flight spend over the global window cap, minor units (from the store).
+    pub overspend_minor: i64,
+    /// The largest spend of one agent over its own window cap, minor units.
+    pub agent_overspend_minor: i64,
+    pub counted_minor: i64,
+    /// One complete_checkout as the agent sees it.
+    pub latency: Summary,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ServiceThroughput {
+    pub agents: usize,
+    pub payments_per_agent: usize,
+    pub window_minor: i64,
+    pub agent_window_minor: i64,
+    /// 16 agents on 2 processes: the figure.
+    pub two: Load,
+    /// The same load on 1 process: a floor.
+    pub one: Load,
+    /// One `INSERT` committed (a WAL flush) on the same server: the other floor.
+    pub pg_commit: Summary,
+    /// Two processes' decisions/s over one's.
+    pub ratio_to_one: f64,
+    pub target: String,
+    pub met: bool,
+}
+
+impl ServiceThroughput {
+    pub fn overspend(&self) -> bool {
+        [&self.two, &self.one]
+            .iter()
+            .any(|l| l.overspend_minor > 0 || l.agent_overspend_minor > 0)
+    }
+}
+
+/// `Ok(None)`: no PostgreSQL configured.
+pub fn run(
+    scratch: &Path,
+    per_agent: usize,
+    progress: &dyn Fn(&str),
+) -> Result<Option<ServiceThroughput>> {
+    let Some(base) = pg::base_url() else {
+        progress(&format!(
+            "service throughput: not run ({} is not set)",
+            pg::ENV
+        ));
+        return Ok(None);
+    };
+    caught(|| measure(scratch, &base, per_agent, progress)).map(Some)
+}
+
+fn measure(
+    scratch: &Path,
+    base: &str,
+    per_agent: usize,
+    progress: &dyn Fn(&str),
+) -> Result<ServiceThroughput> {
+    let decisions = AGENTS * per_agent;
+    let window_minor = (decisions / 2) as i64 * TOTAL_MINOR;
+    let agent_window_minor = (per_agent * 3 / 4).max(1) as i64 * TOTAL_MINOR;
+
+    progress("service throughput: PostgreSQL commit floor");
+    let pg_commit = {
+        let schema = pg::Schema::create(base);
+        let mut client = schema.client();
+        client.batch_execute("CREATE TABLE commit_floor (n BIGINT)")?;
+        let samples = time_n(if per_agent >= 60 { 2_000 } else { 300 }, || {
+            client
+                .batch_execute("INSERT INTO commit_floor VALUES (1)")
+                .map_err(|e| anyhow!("{e}"))
+        })?;
+        Summary::of(&samples)
+    };
+
+    let mut loads = Vec::new();
+    for processes in [1, 2] {
+        progress(&format!(
+            "service throughput: {AGENTS} agents on {processes} cajaguard serve x {per_agent} payments of USD 24.00, one PostgreSQL"
+        ));
+        loads.push(load(
+            scratch,
+            base,
+            processes,
+            per_agent,
+            window_minor,
+            agent_window_minor,
+        )?);
+    }
+    let two = loads.pop().ok_or_else(|| anyhow!("no two-process run"))?;
+    let one = loads.pop().ok_or_else(|| anyhow!("no one-process run"))?;
+    let ratio_to_one = if one.decisions_per_second > 0.0 {
+        two.decisions_per_second / one.decisions_per_second
+    } else {
+        0.0
+    };
+    let met = two.decisions_per_second >= 1000.0
+        && two.overspend_minor == 0
+        && two.agent_overspend_minor == 0;
+    Ok(ServiceThroughput {
+        agents: AGENTS,
+        payments_per_agent: per_agent,
+        window_minor,
+        agent_window_minor,
+        two,
+        one,
+        pg_commit,
+        ratio_to_one,
+        target: ">= 1,000 gated decisions/s, 16 agents on 2 processes, 0 overspend".into(),
+        met,
+    })
+}
+
+fn token(agent: usize) -> String {
+    format!("cg_agent_report_throughput_{agent:02}_0123456789abcdef")
+}
+
+fn agent_id(agent: usize) -> Result<AgentId> {
+    AgentId::parse(&format!("agent-{agent:02}")).map_err(|e| anyhow!("{e}"))
+}
+
+fn load(
+    scratch: &Path,
+    base: &str,
+    processes: usize,
+    per_agent: usize,
+    window_minor: i64,
+    agent_window_minor: i64,
+) -> Result<Load> {
+    let schema = pg::Schema::create(base);
+    let ready = shop_checkout("Trail socks", 1200, 2, "ready_for_complete");
+    let major = |minor: i64| money("USD", minor).trim_start_matches("USD ").to_owned();
+    let options = Options {
+        caps: json!({ "USD": {
+            "approval_above": "50.00", "per_transaction": "100.00", "window": major(window_minor)
+        }}),
+        ..Options::default()
+    };
+    let world = test_shop_world(&setup(scratch), options, &ready, vec![completed(&ready)]);
+    let hosts: Vec<_> = (0..processes)
+        .map(|n| {
+            world.host(
+                &format!("serve{n}"),
+                json!({ "url_env": URL_ENV }),
+                &[(URL_ENV, schema.url.as_str())],
+            )
+        })
+        .collect();
+    let urls: Vec<String> = hosts
+        .iter()
+        .map(|host| {
+            add_serve(
+                &host.config,
+                json!({}),
+                json!({ "agent_caps": { "USD": {
+                    "approval_above": "50.00", "per_transaction": "100.00", "window": major(agent_window_minor)
+                }}}),
+            )
+        })
+        .collect();
+    let store = Store::open_with(&hosts[0].home, &postgres_config(&schema.url))?;
+    let now = time::OffsetDateTime::now_utc();
+    for agent in 0..AGENTS {
+        store.add_agent(
+            &agent_id(agent)?,
+            &token(agent),
+            now,
+            &AuditRecord::new(now, "agent add"),
+        )?;
+    }
+    let services: Vec<Served> = hosts
+        .iter()
+        .zip(&urls)
+        .map(|(host, url)| Served::start_quiet(&host.config, url, &[(URL_ENV, &schema.url)]))
+        .collect();
+
+    let sessions: Vec<HttpMcp> = (0..AGENTS)
+        .map(|agent| HttpMcp::connect(&services[agent % processes].url, &token(agent)))
+        .collect();
+    let barrier = Arc::new(Barrier::new(AGENTS + 1));
+    let handles: Vec<_> = sessions
+        .into_iter()
+        .enumerate()
+        .map(|(agent, mut mcp)| {
+            let barrier = Arc::clone(&barrier);
+            std::thread::spawn(move || -> Vec<(String, Duration)> {
+                barrier.wait();
+                (0..per_agent)
+                    .map(|i| {
+                        let checkout = format!("gid://fixture/Checkout/sv{processes}-{agent}-{i}");
+                        let started = Instant::now();
+                        let (v, r, _) = verdict(&mcp.pay(&checkout));
+                        (format!("{v}/{r}"), started.elapsed())
+                    })
+                    .collect()
+            })
+        })
+        .collect();
+    barrier.wait();
+    let started = Instant::now();
+    let mut rulings = Vec::new();
+    for handle in handles {
+        rulings.extend(
+            handle
+                .join()
+                .map_err(|_| anyhow!("an agent thread panicked"))?,
+        );
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    drop(services);
+
+    let count = |what: &str| rulings.iter().filter(|(r, _)| r == what).count();
+    let allowed = count("allow/within_caps");
+    let over_window_cap = count("denied/over_window_cap");
+    let other = rulings.len() - allowed - over_window_cap;
+    let now = time::OffsetDateTime::now_utc();
+    let day = Duration::from_secs(24 * 3600);
+    let usd = store
+        .window_spend(day, now)?
+        .get("USD")
+        .copied()
+        .unwrap_or_default();
+    let counted_minor = usd.settled + usd.in_flight;
+    if counted_minor != allowed as i64 * TOTAL_MINOR {
+        bail!(
+            "the store counts {counted_minor} but {allowed} payments of {TOTAL_MINOR} were allowed"
+        );
+    }
+    let mut agent_overspend_minor = 0;
+    for agent in 0..AGENTS {
+        let own = store
+            .agent_window_spend(&agent_id(agent)?, day, now)?
+            .get("USD")
+            .copied()
+            .unwrap_or_default();
+        agent_overspend_minor = agent_overspend_minor
+            .max(own.settled + own.in_flight - agent_window_minor)
+            .max(0);
+    }
+    let latencies: Vec<Duration> = rulings.iter().map(|(_, d)| *d).collect();
+    Ok(Load {
+        processes,
+        decisions: rulings.len(),
+        seconds,
+        decisions_per_second: rulings.len() as f64 / seconds,
+        allowed,
+        over_window_cap,
+        other,
+        overspend_minor: (counted_minor - window_minor).max(0),
+        agent_overspend_minor,
+        counted_minor,
+        latency: Summary::of(&latencies),
+    })
+}

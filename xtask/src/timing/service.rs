@@ -1,0 +1,115 @@
+//! `cajaguard serve` as an agent sees it: a forwarded (not gated) `get_checkout` through the
+//! service to the fixture shop over MCP Streamable HTTP, beside the same call straight to the
+//! fixture's HTTP endpoint (the floor). Both clients keep their connection alive, as an agent's
+//! MCP client does; the fixture's state is on tmpfs when the machine has one, so that its fsync
+//! per call (both paths pay it alike) does not drown the difference.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
+use cajaguard::store::{AuditRecord, Store};
+use cajaguard_core::agent::AgentId;
+use cajaguard_harness::service::{HttpMcp, Served, add_serve};
+use cajaguard_harness::{Options, SHOP_TOKEN, TOKEN_VAR, Transport, World, get_args};
+use serde_json::json;
+
+use super::{Sizes, Timing, floor_row};
+use crate::stats::{Summary, time_n};
+
+const AGENT_TOKEN: &str = "cg_agent_report_timing_0123456789abcdef";
+
+/// Where the fixture's state goes: tmpfs when there is one, else the report's scratch.
+fn fast_dir(scratch: &Path) -> (PathBuf, &'static str) {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(dir) = tempfile::Builder::new()
+            .prefix("cajaguard-report-")
+            .tempdir_in(shm)
+    {
+        return (dir.keep(), "tmpfs");
+    }
+    (scratch.to_path_buf(), "the report's disk")
+}
+
+fn round_trip(mcp: &mut HttpMcp, id: &str, n: usize) -> Result<Vec<std::time::Duration>> {
+    let args = get_args(id);
+    time_n(n, || {
+        let result = mcp.call("get_checkout", args.clone());
+        if result["isError"] == json!(true) {
+            bail!("get_checkout failed: {result}");
+        }
+        Ok(result)
+    })
+}
+
+pub(super) fn service_rows(t: &mut Timing, scratch: &Path, sizes: Sizes) -> Result<()> {
+    let (dir, disk) = fast_dir(scratch);
+    let outcome = measure(t, &dir, disk, sizes);
+    if dir != scratch {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    outcome
+}
+
+fn measure(t: &mut Timing, dir: &Path, disk: &str, sizes: Sizes) -> Result<()> {
+    let world = World::with(Options {
+        transport: Transport::Http,
+        scratch: Some(dir.to_path_buf()),
+        quiet: true,
+        ..Options::default()
+    });
+    let url = add_serve(&world.config, json!({}), json!({}));
+    {
+        let store = Store::open(&world.home)?;
+        let now = time::OffsetDateTime::now_utc();
+        let agent = AgentId::parse("report").map_err(|e| anyhow::anyhow!("{e}"))?;
+        store.add_agent(
+            &agent,
+            AGENT_TOKEN,
+            now,
+            &AuditRecord::new(now, "agent add"),
+        )?;
+    }
+    let served = Served::start_quiet(&world.config, &url, &[(TOKEN_VAR, SHOP_TOKEN)]);
+    let Some(fixture) = &world.fixture else {
+        bail!("the HTTP world has no fixture server");
+    };
+    let mut through = HttpMcp::connect(&served.url, AGENT_TOKEN);
+    let checkout = through.create_checkout("trail-socks", 2);
+    let mut direct = HttpMcp::connect(&fixture.url(), SHOP_TOKEN);
+
+    // Interleaved in blocks so that drift on a shared machine hits both alike.
+    let blocks = 10;
+    let per_block = (sizes.service_round_trip / blocks).max(1);
+    let mut direct_samples = Vec::new();
+    let mut service_samples = Vec::new();
+    for _ in 0..blocks {
+        direct_samples.extend(round_trip(&mut direct, &checkout, per_block)?);
+        service_samples.extend(round_trip(&mut through, &checkout, per_block)?);
+    }
+    let direct_summary = Summary::of(&direct_samples);
+    let service_summary = Summary::of(&service_samples);
+    t.floors.push(floor_row(
+        "http_fixture",
+        &format!("MCP round trip, get_checkout straight to the fixture's HTTP endpoint (kept-alive connection; fixture state on {disk})"),
+        direct_summary,
+    ));
+    t.push(
+        "rtt_service_fixture",
+        "MCP round trip, get_checkout through `cajaguard serve` (agent token, Streamable HTTP) to the same fixture",
+        service_summary,
+        "http_fixture",
+    );
+    let row = t.push(
+        "service_added",
+        "service added latency, forwarded call (through minus straight, per percentile)",
+        service_summary.minus(&direct_summary),
+        "http_fixture",
+    );
+    row.p50_at_most("<= 150 µs p50", 150_000.0);
+    row.note = Some("percentile differences, not a distribution".into());
+    drop(through);
+    drop(direct);
+    drop(served);
+    Ok(())
+}
