@@ -48,6 +48,10 @@ pub struct Service {
     jwt: Option<Box<VerifyJwt>>,
     clock: crate::proxy::Clock,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// The store's connection for token lookups, apart from the gate's: a lookup never waits
+    /// behind a payment's transactions (nor, on PostgreSQL, behind the currency lock another
+    /// host holds), and a payment never waits behind a lookup. `None`: the gate's own.
+    tokens: Option<crate::store::Store>,
 }
 
 impl Service {
@@ -62,12 +66,20 @@ impl Service {
         let Some(serve) = policy.serve.clone() else {
             return Err("the config has no serve object (SPEC §13)".to_owned());
         };
+        let tokens = match crate::store::Store::for_policy(&policy) {
+            Ok(store) => Some(store),
+            Err(e) => {
+                tracing::warn!(error = %e, "no second store connection for token lookups; they share the gate's");
+                None
+            }
+        };
         Ok(Service {
             base,
             serve,
             jwt,
             clock,
             sessions: Mutex::new(HashMap::new()),
+            tokens,
         })
     }
 
@@ -116,7 +128,8 @@ impl Service {
                 Unauthenticated::Invalid(format!("the token's agent claim is unusable: {e}"))
             });
         }
-        match self.base.store().agent_by_token(token) {
+        let store = self.tokens.as_ref().unwrap_or_else(|| self.base.store());
+        match store.agent_by_token(token) {
             Ok(Some(agent)) => Ok(agent),
             Ok(None) => Err(Unauthenticated::Invalid(
                 "no agent has this token (removed, or never made by `cajaguard agent add`)"
