@@ -108,6 +108,39 @@ fn measure(t: &mut Timing, dir: &Path, disk: &str, sizes: Sizes) -> Result<()> {
     );
     row.p50_at_most("<= 150 µs p50", 150_000.0);
     row.note = Some("percentile differences, not a distribution".into());
+
+    // Where the service's share goes: a request refused before the store (no token: axum and
+    // the HTTP exchange alone), and one answered by the service itself (tools/list: the token
+    // lookup, the session, the proxy's dispatch; no shop, no call thread).
+    let client = cajaguard_harness::service::client();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+    let unauthorized = time_n(sizes.service_round_trip, || {
+        let reply =
+            cajaguard_harness::service::send_with(&client, "POST", &served.url, &[], Some(&body));
+        if reply.status != 401 {
+            bail!("expected 401, got {}", reply.status);
+        }
+        Ok(reply)
+    })?;
+    t.push(
+        "service_401",
+        "breakdown: a request without a token through `cajaguard serve` (401 before the store: the HTTP exchange alone)",
+        Summary::of(&unauthorized),
+        "http_fixture",
+    );
+    let listed = time_n(sizes.service_round_trip, || {
+        let reply = through.request("tools/list", json!({}));
+        if reply.get("result").is_none() {
+            bail!("tools/list failed: {reply}");
+        }
+        Ok(reply)
+    })?;
+    t.push(
+        "service_tools_list",
+        "breakdown: tools/list through `cajaguard serve` (token looked up in the store, session, dispatch; answered without the shop)",
+        Summary::of(&listed),
+        "http_fixture",
+    );
     drop(through);
     drop(direct);
     drop(served);
