@@ -340,12 +340,13 @@ fn misses(out: &mut String, run: &Run) {
                     .find(|f| f.key == "http_fixture")
                     .map_or(0.0, |f| f.summary.p50_ns);
                 format!(
-                    "measured {} p50 against {} (straight to the fixture: {}). The breakdown rows of this run place it: a request the service refuses before the store (no token, 401) already takes {} p50 for the HTTP exchange alone (axum on a kept-alive connection, two runtime wake-ups); tools/list, answered by the service itself, {} (the token's SHA-256 looked up in the store on the blocking pool, the session map, the proxy's dispatch on a second blocking task); the forwarded call adds to that a thread for the call (an HTTP shop has no detached path) and the service's own POST to the fixture. On this 2-core VM the HTTP hop alone is at the target, so the target holds only for the service's work beyond one HTTP exchange.",
+                    "measured {} p50 against {} (straight to the fixture: {}). The breakdown rows of this run place it: a request the service refuses before the store (no token, 401) already takes {} p50 for the HTTP exchange alone (axum on a kept-alive connection, two runtime wake-ups); tools/list, answered by the service itself, {} (the token's SHA-256 looked up in the store on the blocking pool, the session map, the proxy's dispatch on a second blocking task); so {} of it is the token lookup and the two blocking-pool hops; the forwarded call adds to that a thread for the call (an HTTP shop has no detached path) and the service's own POST to the fixture.",
                     human(row.summary.p50_ns),
                     target.goal,
                     human(floor),
                     human(p50("service_401")),
                     human(p50("service_tools_list")),
+                    human((p50("service_tools_list") - p50("service_401")).max(0.0)),
                 )
             }
             "proxy_added" => format!(
