@@ -15,7 +15,8 @@
 # shop); the purchase relies on the shop keeping its state in its directory. Over HTTP
 # (`--url http://HOST:PORT/mcp`) each call is `--transport http --server-url URL --header
 # "Authorization: Bearer $CG_AGENT_TOKEN"` (the variable named by `--bearer-env`): a session of
-# its own in the legacy era, stateless requests in the modern one. The final line then starts
+# its own in the legacy era, stateless requests in the modern one; each era first checks that a
+# token the gate never made is refused with the reason on stderr. The final line then starts
 # `inspector-http:`.
 #
 # Usage:
@@ -205,6 +206,19 @@ check_purchase() {
   pass
 }
 
+# Over HTTP: a token the gate never made is refused, and the CLI's error names the gate's reason.
+check_wrong_token() {
+  CHECK="wrong token"
+  local out="$WORK/$ERA-wrong.json" rc=0
+  timeout "$TIMEOUT" "$INSPECTOR" --cli --protocol-era "$ERA" --format json -q --method tools/list \
+    --transport http --server-url "$URL" --header "Authorization: Bearer cg_agent_not_a_token_of_this_gate_0000" \
+    --stored-auth-only </dev/null >"$out" 2>"$out.err" || rc=$?
+  [ "$rc" != 0 ] || { fail "tools/list succeeded with a token the gate never made"; return; }
+  # legacy: the gate's JSON-RPC error is in the message; modern: the CLI names the 401 itself.
+  grep -qE 'bearer token|HTTP 401' "$out.err" || { fail "exit $rc, but stderr does not say why: $(head -c 400 "$out.err")"; return; }
+  pass "exit $rc: $(head -c 160 "$out.err")"
+}
+
 # A payment over the approval threshold: the CLI exits 5 (isError) and prints the refusal.
 check_blocked() {
   CHECK="blocked"
@@ -224,6 +238,7 @@ check_blocked() {
 IFS=',' read -r -a ERA_LIST <<<"$ERAS"
 for ERA in "${ERA_LIST[@]}"; do
   case "$ERA" in modern|legacy|auto) ;; *) echo "inspector_smoke.sh: unknown era $ERA" >&2; exit 2 ;; esac
+  [ -z "$URL" ] || check_wrong_token
   check_tools
   check_status
   [ -z "$BLOCKED" ] || check_blocked   # first: it needs its whole amount free in the window

@@ -14,7 +14,9 @@ For each requested protocol mode it runs three checks (four with `--blocked-prod
 Over HTTP (`--url http://HOST:PORT/mcp`) the client is the SDK's own
 `mcp.client.streamable_http.streamable_http_client` on an httpx2 client whose every request
 carries `Authorization: Bearer <token>`, the token read from `$CG_AGENT_TOKEN` (`--bearer-env`).
-The final line then starts `python-http:`.
+Each mode then also opens a client with a token the gate never made: it must fail, and the error
+the SDK raises must carry the gate's reason ("a valid bearer token is needed ..."). The final
+line then starts `python-http:`.
 
 Modes (`--modes`, comma separated):
   auto        the SDK default: probes `server/discover` and uses 2026-07-28 if the server
@@ -272,6 +274,30 @@ async def http_transport(url: str, token: str, timeout: float) -> AsyncIterator[
             yield streams
 
 
+WRONG_TOKEN = "cg_agent_not_a_token_of_this_gate_0000"
+
+
+async def check_wrong_token(mode: str, args: argparse.Namespace, tally: Tally) -> None:
+    """Over HTTP: a token the gate does not know is refused, and the SDK shows the gate's reason."""
+    label = f"{args.label}[{mode}] wrong token"
+    try:
+        with anyio.fail_after(args.timeout * 2):
+            async with Client(http_transport(args.url, WRONG_TOKEN, args.timeout), mode=mode,
+                              read_timeout_seconds=args.timeout) as client:
+                await client.list_tools()
+    except Exception as e:  # noqa: BLE001 - the refusal is what this check wants
+        why = describe(e)
+        if "bearer token" in why:
+            tally.passed += 1
+            print(f"PASS {label} ({why[:160]})")
+        else:
+            tally.failed += 1
+            print(f"FAIL {label}: refused, but the error does not say why: {why[:400]}")
+        return
+    tally.failed += 1
+    print(f"FAIL {label}: tools/list succeeded with a token the gate never made")
+
+
 async def run_mode(mode: str, target: Any, args: argparse.Namespace, tally: Tally) -> None:
     label = f"{args.label}[{mode}]"
     done = 0
@@ -345,6 +371,8 @@ def main() -> int:
 def run_all(params: StdioServerParameters | None, args: argparse.Namespace) -> int:
     tally = Tally(args.label)
     for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
+        if args.url:
+            anyio.run(check_wrong_token, mode, args, tally)
         anyio.run(run_mode, mode, params, args, tally)
     if args.direct_shop:
         print("NOTE: --direct-shop: proxy-only checks were skipped; this is not a proxy test")

@@ -22,8 +22,8 @@
 # stdout); `cajaguard serve` runs in the background. The Python SDK's streamable HTTP client in
 # modes legacy, auto and 2026-07-28, and the Inspector CLI's HTTP transport in eras legacy and
 # modern, each list tools, read cajaguard_status, pay 1 x Day pack (USD 89.00: refused, blocked /
-# pending_approval) and 1 x Trail socks (USD 12.00: allow), all with `Authorization: Bearer`:
-# 5 x 4 checks. Then SIGTERM must stop the service with exit 0, and `cajaguard audit verify` pass
+# pending_approval) and 1 x Trail socks (USD 12.00: allow), all with `Authorization: Bearer`, and
+# see a token the gate never made refused with its reason: 5 x 5 checks. Then SIGTERM must stop the service with exit 0, and `cajaguard audit verify` pass
 # on its home: 3 service checks (listening, graceful shutdown, audit). The service is killed on
 # any exit. The fresh home's window (the config's caps) must hold USD 48.00 + 89.00.
 # Last line: `clients: N passed, M failed`; exit status non-zero if any check failed.
@@ -185,7 +185,7 @@ PY
     else serve_check "graceful shutdown" 0 "exit $rc after SIGTERM"; fi
   fi
   if "$CAJAGUARD" audit verify --config "$SERVE_CONFIG" >"$SERVE_DIR/audit.out" 2>&1; then
-    serve_check "audit verify" 1 "$(tail -n 1 "$SERVE_DIR/audit.out")"
+    serve_check "audit verify" 1 "$(head -n 1 "$SERVE_DIR/audit.out")"
   else
     serve_check "audit verify" 0 "$(head -c 600 "$SERVE_DIR/audit.out")"
   fi
