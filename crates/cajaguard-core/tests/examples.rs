@@ -29,7 +29,9 @@ fn the_service_example_parses_with_its_agents_and_issuer() {
     let own = p.agent_caps(&shopper).unwrap();
     assert_eq!(own["USD"].per_transaction, 10000);
     // Any other agent falls under agent_caps.
-    let other = p.agent_caps(&AgentId::parse("someone-else").unwrap()).unwrap();
+    let other = p
+        .agent_caps(&AgentId::parse("someone-else").unwrap())
+        .unwrap();
     assert_eq!(other["USD"].per_transaction, 5000);
     let oauth = serve.oauth.as_ref().expect("oauth");
     assert_eq!(oauth.agent_claim, "sub");

@@ -5,7 +5,7 @@
 
 use cajaguard::store::{AuditRecord, Store};
 use cajaguard_core::agent::AgentId;
-use cajaguard_harness::service::{HttpMcp, Served, add_serve, post};
+use cajaguard_harness::service::{HttpMcp, Reply, Served, add_serve, post, send};
 use cajaguard_harness::{World, verdict};
 use serde_json::json;
 
@@ -97,7 +97,7 @@ fn every_token_failure_is_a_401_that_reaches_nothing() {
         "a refused request reached the shop"
     );
     // The metadata the challenge points to is served.
-    let metadata = cajaguard_harness::service::send(
+    let metadata = send(
         "GET",
         &served
             .url
@@ -215,6 +215,123 @@ fn each_agent_spends_under_its_own_caps_and_identity() {
         "{}",
         String::from_utf8_lossy(&verify.stderr)
     );
+}
+
+/// Regression (found by the Python SDK's streamable HTTP client in tests/clients): the refusals
+/// before the message (403, 401, 404, 405) were `text/plain`, and the SDK shows any non-JSON
+/// error body as "Server returned an error response", so the agent's operator never learned
+/// why. Each is now a JSON-RPC error (`id: null`) in `application/json`, its message intact.
+#[test]
+fn every_refusal_is_a_json_rpc_error_a_client_can_show() {
+    let (world, served) = two_agents();
+    let auth = format!("Bearer {ALICE}");
+    let body = create_body();
+    let cases: Vec<(&str, Reply, u16, &str)> = vec![
+        (
+            "foreign origin",
+            post(
+                &served.url,
+                &[("authorization", &auth), ("origin", "http://evil.example")],
+                &body,
+            ),
+            403,
+            "serve.allowed_origins",
+        ),
+        (
+            "no token",
+            post(&served.url, &[], &body),
+            401,
+            "cajaguard agent add",
+        ),
+        (
+            "unknown token",
+            post(
+                &served.url,
+                &[("authorization", "Bearer cg_agent_nobody_0000000000000000")],
+                &body,
+            ),
+            401,
+            "cajaguard agent add",
+        ),
+        (
+            "unknown session",
+            post(
+                &served.url,
+                &[
+                    ("authorization", &auth),
+                    ("mcp-session-id", "0123456789abcdef0123456789abcdef"),
+                    ("mcp-protocol-version", "2025-11-25"),
+                ],
+                &body,
+            ),
+            404,
+            "initialize again",
+        ),
+        (
+            "DELETE of an unknown session",
+            send(
+                "DELETE",
+                &served.url,
+                &[
+                    ("authorization", &auth),
+                    ("mcp-session-id", "0123456789abcdef0123456789abcdef"),
+                ],
+                None,
+            ),
+            404,
+            "no such session",
+        ),
+        (
+            "GET (no event stream)",
+            send(
+                "GET",
+                &served.url,
+                &[("authorization", &auth), ("accept", "text/event-stream")],
+                None,
+            ),
+            405,
+            "this gate opens no event stream",
+        ),
+    ];
+    for (what, reply, status, hint) in &cases {
+        assert_eq!(reply.status, *status, "{what}: {reply:?}");
+        assert_eq!(
+            reply.header("content-type"),
+            Some("application/json"),
+            "{what}: {reply:?}"
+        );
+        let answer = reply.json();
+        assert_eq!(answer["jsonrpc"], "2.0", "{what}: {answer}");
+        assert_eq!(answer["id"], serde_json::Value::Null, "{what}: {answer}");
+        assert_eq!(answer["error"]["code"], -32600, "{what}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(hint), "{what}: {message}");
+        assert!(!reply.body.contains("cg_agent"), "{what}: {}", reply.body);
+    }
+    // The 401s still carry the challenge a client's OAuth support reads.
+    for (what, reply, status, _) in &cases {
+        if *status == 401 {
+            assert!(
+                reply
+                    .header("www-authenticate")
+                    .is_some_and(|c| c.starts_with("Bearer resource_metadata=")),
+                "{what}: {reply:?}"
+            );
+        }
+    }
+    assert_eq!(reply_allow(&cases), Some("POST, DELETE".to_owned()));
+    assert_eq!(
+        world.shop_calls().len(),
+        0,
+        "a refused request reached the shop"
+    );
+}
+
+fn reply_allow(cases: &[(&str, Reply, u16, &str)]) -> Option<String> {
+    cases
+        .iter()
+        .find(|(_, _, status, _)| *status == 405)
+        .and_then(|(_, reply, _, _)| reply.header("allow").map(str::to_owned))
 }
 
 mod oauth {

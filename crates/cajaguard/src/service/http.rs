@@ -3,6 +3,11 @@
 //! fails: `Origin` (403), the bearer token (401), the session (404), then the message, which runs
 //! on the blocking pool (the proxy and the store are synchronous; no transaction sits in a
 //! future).
+//!
+//! Every refusal on `/mcp` is `application/json`: a JSON-RPC error with `id: null` (the body was
+//! not read) whose message says what to do. Streamable HTTP lets the body of an HTTP error carry
+//! one, and clients surface it: the Python SDK shows only "Server returned an error response"
+//! for any other body, so an agent's operator never saw why the gate refused.
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -93,6 +98,11 @@ fn text(status: StatusCode, message: &str) -> Response {
     response
 }
 
+/// A refusal on `/mcp` at this HTTP status: a JSON-RPC error (`id: null`) saying why.
+fn refusal(status: StatusCode, code: i64, message: &str) -> Response {
+    json(status, jsonrpc::error(None, code, message))
+}
+
 fn json(status: StatusCode, body: String) -> Response {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
@@ -160,8 +170,9 @@ fn unauthorized(service: &Service, headers: &HeaderMap, why: &Unauthenticated) -
     if let Unauthenticated::Invalid(reason) = why {
         tracing::info!(reason = %reason, "a request with an invalid token was refused");
     }
-    let mut response = text(
+    let mut response = refusal(
         StatusCode::UNAUTHORIZED,
+        jsonrpc::INVALID_REQUEST,
         "a valid bearer token is needed: `cajaguard agent add <name>` makes one, or use the team's OAuth issuer",
     );
     if let Ok(value) = HeaderValue::from_str(&challenge) {
@@ -180,8 +191,9 @@ async fn mcp(
 ) -> Response {
     let service = state.service.clone();
     if !service.origin_allowed(header_text(&headers, "origin")) {
-        return text(
+        return refusal(
             StatusCode::FORBIDDEN,
+            jsonrpc::INVALID_REQUEST,
             "this Origin may not call the gate: add it to serve.allowed_origins if it should",
         );
     }
@@ -210,13 +222,18 @@ async fn mcp(
                 Some(id) if service.end_session(&id, &agent) => {
                     text(StatusCode::OK, "session ended")
                 }
-                _ => text(StatusCode::NOT_FOUND, "no such session"),
+                _ => refusal(
+                    StatusCode::NOT_FOUND,
+                    jsonrpc::INVALID_REQUEST,
+                    "no such session",
+                ),
             };
         }
         // No server-initiated stream: Streamable HTTP lets a server answer GET with 405.
         _ => {
-            let mut response = text(
+            let mut response = refusal(
                 StatusCode::METHOD_NOT_ALLOWED,
+                jsonrpc::INVALID_REQUEST,
                 "POST one JSON-RPC message to /mcp; this gate opens no event stream",
             );
             response
@@ -279,13 +296,20 @@ async fn mcp(
         }
         (Some(sid), false) => match service.session(sid, &agent) {
             Some(session) => (session, None),
-            None => return text(StatusCode::NOT_FOUND, "no such session: initialize again"),
+            None => {
+                return refusal(
+                    StatusCode::NOT_FOUND,
+                    jsonrpc::INVALID_REQUEST,
+                    "no such session (ended, expired, or another agent's): initialize again",
+                );
+            }
         },
         (None, true) => match service.open_session(&agent) {
             Some((sid, session)) => (session, Some(sid)),
             None => {
-                return text(
+                return refusal(
                     StatusCode::SERVICE_UNAVAILABLE,
+                    jsonrpc::OVERLOADED,
                     "too many sessions; try again later",
                 );
             }
@@ -328,8 +352,9 @@ async fn mcp(
         .is_err()
     {
         session.waiting.forget(&id);
-        return text(
+        return refusal(
             StatusCode::INTERNAL_SERVER_ERROR,
+            jsonrpc::INTERNAL_ERROR,
             "the gate failed on this request",
         );
     }
@@ -338,8 +363,9 @@ async fn mcp(
         _ => {
             session.waiting.forget(&id);
             // The call may still be at the shop: its payment, if any, settles on its own.
-            return text(
+            return refusal(
                 StatusCode::GATEWAY_TIMEOUT,
+                jsonrpc::SHOP_UNAVAILABLE,
                 "no answer in time; a payment under way settles on its own: ask cajaguard_status",
             );
         }
