@@ -181,7 +181,7 @@ fn add_prints_the_token_once_and_list_and_remove_answer() {
 fn a_bad_name_is_a_usage_error_with_the_rule() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
-    for name in ["ci bot", "-x", "a/b", ""] {
+    for name in ["ci bot", ".x", "a/b", "", "ä"] {
         for command in ["add", "remove"] {
             let out = cajaguard(&["agent", command, name], &config);
             assert_eq!(out.status.code(), Some(2), "{command} {name:?}");
