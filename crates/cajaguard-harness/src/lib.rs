@@ -28,6 +28,7 @@ pub mod fixtures;
 pub mod mcp;
 pub mod pg;
 pub mod race;
+pub mod service;
 pub mod spec;
 pub mod ucp;
 pub mod workers;

@@ -3,9 +3,13 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod bridge;
 pub mod cli;
+pub mod clock;
 pub mod keys;
+pub mod metrics;
 pub mod proxy;
+pub mod service;
 pub mod status;
 pub mod store;
 pub mod web;

@@ -13,6 +13,7 @@ mod mcp;
 mod output;
 mod passkey;
 mod pending;
+mod serve;
 mod status;
 mod terminal;
 mod verify;
@@ -40,8 +41,9 @@ struct Cli {
 enum Command {
     /// Write an Ed25519 approver key pair (approver.key.pem, approver.pub.pem).
     Keygen(keygen::Args),
-    /// Serve MCP on stdio in front of the configured shop.
-    Mcp(ConfigArg),
+    /// Serve MCP on stdio: the gate in front of the configured shop (--config), or a bridge to a
+    /// CajaGuard service (--connect) for clients that speak only stdio.
+    Mcp(mcp::Args),
     /// Caps, spend and headroom per currency, and the requests waiting for a decision.
     Status(status::Args),
     /// Payments waiting for a human's decision (not those approved or denied already).
@@ -58,6 +60,8 @@ enum Command {
     Freeze(freeze::FreezeArgs),
     /// Let payments through again: signed with the approver key, asked on the terminal.
     Unfreeze(freeze::UnfreezeArgs),
+    /// Serve the gate to many agents over MCP Streamable HTTP on serve.listen (SPEC §13).
+    Serve(serve::Args),
     /// Serve the local approval page (passkeys) on approvals.web.listen.
     Web(web::Args),
     /// Register (one-time link), list or remove the passkeys that approve on the page.
@@ -71,13 +75,6 @@ enum Command {
     Agent(agent::Command),
     /// Print a ready-to-paste MCP client entry (claude-desktop, claude-code, cursor, vscode).
     ClientConfig(client_config::Args),
-}
-
-#[derive(clap::Args)]
-struct ConfigArg {
-    /// The CajaGuard config file (JSON).
-    #[arg(long, value_name = "FILE")]
-    config: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -95,11 +92,12 @@ struct IdArgs {
 /// The exit codes of SPEC §7, the one place they are numbered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
-    /// Done; for `verify`, approved.
+    /// Done; for `verify`, approved; for `mcp`, the client hung up.
     Done = 0,
     /// Anything unexpected (a store that failed, no randomness).
     Unexpected = 1,
-    /// A usage or config error, and `keygen` refusing to overwrite.
+    /// A usage or config error (for `mcp --connect`, a URL not allowed or an unset token
+    /// variable), and `keygen` refusing to overwrite.
     Usage = 2,
     /// An unknown id, not approved (pending, invalid, used, expired), a checkout that changed, or
     /// a human who said no.
@@ -198,7 +196,7 @@ pub fn main() -> ExitCode {
     init_logging();
     let outcome = match cli.command {
         Command::Keygen(args) => keygen::run(&args),
-        Command::Mcp(args) => mcp::run(&args.config),
+        Command::Mcp(args) => mcp::run(&args),
         Command::Status(args) => status::run(&args),
         Command::Pending(args) => pending::run(&args),
         Command::Show(args) => pending::show(&args),
@@ -210,6 +208,7 @@ pub fn main() -> ExitCode {
         Command::ClientConfig(args) => client_config::run(&args),
         Command::Audit(command) => audit::run(&command),
         Command::Web(args) => web::run(&args),
+        Command::Serve(args) => serve::run(&args),
         Command::Passkey(command) => passkey::run(&command),
         Command::Agent(command) => agent::run(&command),
     };
@@ -322,6 +321,16 @@ pub fn env(name: &str) -> Option<OsString> {
 
 /// Says in the audit log that `tool` started under this config, with the config's SHA-256 (SPEC
 /// §8). A process that cannot write that does not start: its decisions would have no policy.
+/// The clock the gate decides by: the database's with PostgreSQL (SPEC §13), else this host's.
+fn decision_clock(
+    store: &std::sync::Arc<crate::store::Store>,
+) -> Result<crate::proxy::Clock, Failure> {
+    let host = crate::clock::host_clock()
+        .map_err(|e| Failure::usage(e, "unset it, or give whole seconds"))?;
+    crate::clock::decision_clock(store, host)
+        .map_err(|e| Failure::unexpected(format!("cannot read the store's clock: {e}")))
+}
+
 pub fn log_config_loaded(
     store: &crate::store::Store,
     policy: &Policy,

@@ -194,10 +194,13 @@ impl Proxy {
         params: &str,
     ) -> Result<Reply, ShopError> {
         let key = jsonrpc::id_key(id);
-        self.shop.request(method, Some(params), &mut |shop_id| {
+        let started = std::time::Instant::now();
+        let reply = self.shop.request(method, Some(params), &mut |shop_id| {
             if let Some(call) = lock(&self.calls).get_mut(&key) {
                 call.shop_id = Some(shop_id);
             }
-        })
+        });
+        self.metrics.shop_took(started.elapsed());
+        reply
     }
 }

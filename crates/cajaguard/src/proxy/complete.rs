@@ -88,7 +88,10 @@ impl Proxy {
 
         let (ruling, permit) = match self.decide(&claim, &request, &quote, &digest, &audit, started)
         {
-            Ok(decided) => decided,
+            Ok(decided) => {
+                self.metrics.decided(&decided.0);
+                decided
+            }
             Err(ruling) => {
                 self.abandon(claim);
                 return self.refuse(&ruling, audit, started);
@@ -204,7 +207,8 @@ impl Proxy {
                     },
                 )
             };
-        match self.store.gate(
+        let in_store = Instant::now();
+        let gated = self.store.gate(
             claim,
             request,
             quote,
@@ -215,7 +219,9 @@ impl Proxy {
             self.policy.approvals.reads_passkey_approvals(),
             &mut decide,
             &audit,
-        ) {
+        );
+        self.metrics.store_took(in_store.elapsed());
+        match gated {
             Ok(gated) => Ok((gated.outcome.ruling, gated.permit)),
             Err(StoreError::ClaimLost) => Err(Ruling::new(
                 Reason::PaymentInFlight,
@@ -358,6 +364,7 @@ impl Proxy {
             .map(|r| r.as_str().to_owned())
             .or(audit.request_id);
         audit.latency = started.elapsed();
+        self.metrics.decided(ruling);
         if let Err(e) = self.store.audit(AuditEvent::Ruled(ruling.reason()), &audit) {
             tracing::error!("audit record not written: {e}");
         }

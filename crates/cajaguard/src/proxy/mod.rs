@@ -84,6 +84,8 @@ pub struct Proxy {
     elicitation: elicit::Elicitation,
     /// When this process last wrote an audit log checkpoint (see `Proxy::checkpoint`).
     last_checkpoint: Arc<Mutex<Option<time::OffsetDateTime>>>,
+    /// Decisions and latencies, shared by every session (the service's `/metrics`).
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Proxy {
@@ -91,7 +93,7 @@ impl Proxy {
     pub fn start(
         policy: Arc<Policy>,
         trusted: TrustedKeys,
-        store: Store,
+        store: Arc<Store>,
         clock: Clock,
         output: Box<dyn Write + Send>,
     ) -> Result<Arc<Proxy>, ShopError> {
@@ -107,7 +109,7 @@ impl Proxy {
         let proxy = Arc::new(Proxy {
             policy,
             trusted: Arc::new(trusted),
-            store: Arc::new(store),
+            store,
             shop: Arc::new(shop),
             clock,
             agent: None,
@@ -116,6 +118,7 @@ impl Proxy {
             calls_in_flight: AtomicUsize::new(0),
             elicitation: elicit::Elicitation::default(),
             last_checkpoint: Arc::new(Mutex::new(None)),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
         });
         // Reservations a crash or a silent shop left in flight (SPEC §4.13).
         proxy.spawn_reconciler();
@@ -138,12 +141,19 @@ impl Proxy {
             calls_in_flight: AtomicUsize::new(0),
             elicitation: elicit::Elicitation::default(),
             last_checkpoint: self.last_checkpoint.clone(),
+            metrics: self.metrics.clone(),
         })
     }
 
     /// The agent this session is, if any.
     pub fn agent(&self) -> Option<&AgentId> {
         self.agent.as_ref()
+    }
+
+    /// What `/metrics` serves: this process's decisions and latencies, and the store's gauges.
+    pub fn metrics_text(&self) -> String {
+        self.metrics
+            .render(&self.policy, &self.store, (self.clock)())
     }
 
     /// The store this proxy gates with (the service reads agent tokens and metrics from it).

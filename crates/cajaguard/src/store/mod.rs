@@ -520,6 +520,17 @@ impl Store {
         self.read(&mut |tx| tx.in_flight_of(checkout_id))
     }
 
+    /// The database's clock (PostgreSQL's `clock_timestamp()`), or `None` for SQLite, whose
+    /// clock is this host's (SPEC §13: hosts sharing a PostgreSQL store share its clock).
+    pub fn database_now(&self) -> Result<Option<OffsetDateTime>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(None),
+            Backend::Postgres(db) => {
+                from_micros(db.database_now_us()?, "the database's clock").map(Some)
+            }
+        }
+    }
+
     /// The query plan of the window sum the gate runs for a USD window ending `now`, one line per
     /// step: a diagnostic showing the decision reads only the hourly buckets, never the ledger.
     /// (PostgreSQL plans for the actual parameters, so they are the gate's.)

@@ -234,6 +234,20 @@ impl Postgres {
         })
     }
 
+    /// The database's own clock now (`clock_timestamp()`, not the transaction's start), in µs.
+    pub(in crate::store) fn database_now_us(&self) -> Result<i64, StoreError> {
+        self.run_pg(&mut |tx| {
+            let row = tx
+                .tx
+                .query_one(
+                    "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
+                    &[],
+                )
+                .map_err(|e| pg_err(tx.target, e))?;
+            tx.get::<i64>(&row, 0)
+        })
+    }
+
     fn pg(&self, source: postgres::Error) -> StoreError {
         pg_err(&self.target, source)
     }

@@ -56,6 +56,10 @@ impl Postgres {
     pub fn explain_window_query(&self, _from_hour: i64) -> Result<Vec<String>, StoreError> {
         match *self {}
     }
+
+    pub fn database_now_us(&self) -> Result<i64, StoreError> {
+        match *self {}
+    }
 }
 
 #[cfg(test)]

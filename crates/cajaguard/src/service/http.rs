@@ -1,0 +1,354 @@
+//! The service's HTTP shell (axum): `/mcp` (MCP Streamable HTTP), the RFC 9728 metadata, and
+//! `/metrics`. Every `/mcp` request is checked in this order, and nothing later runs for one that
+//! fails: `Origin` (403), the bearer token (401), the session (404), then the message, which runs
+//! on the blocking pool (the proxy and the store are synchronous; no transaction sits in a
+//! future).
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use serde_json::value::RawValue;
+
+use super::{Service, Unauthenticated};
+use crate::proxy::MAX_AGENT_MESSAGE_BYTES;
+use cajaguard_wire::era::MODERN_VERSION;
+use cajaguard_wire::jsonrpc;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+
+/// Serves until SIGINT or SIGTERM, then stops taking requests and finishes those in flight
+/// (a payment under way settles before the process ends).
+pub fn serve(
+    service: Arc<Service>,
+    listener: TcpListener,
+    answer_within: Duration,
+) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_io()
+        .enable_time()
+        .build()?;
+    runtime.block_on(async move {
+        let state = Shared {
+            service,
+            answer_within,
+        };
+        let router = axum::Router::new()
+            .route("/mcp", axum::routing::any(mcp))
+            .route(METADATA_PATH, axum::routing::get(metadata))
+            .route("/metrics", axum::routing::get(metrics))
+            .route(
+                &format!("{METADATA_PATH}/mcp"),
+                axum::routing::get(metadata),
+            )
+            .layer(axum::extract::DefaultBodyLimit::max(
+                MAX_AGENT_MESSAGE_BYTES,
+            ))
+            .with_state(state);
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown())
+            .await
+    })
+}
+
+async fn shutdown() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+    tracing::info!("stopping: no new requests; finishing those in flight");
+}
+
+#[derive(Clone)]
+struct Shared {
+    service: Arc<Service>,
+    /// How long a request waits for its answer (the shop's timeout bounds the call itself).
+    answer_within: Duration,
+}
+
+fn text(status: StatusCode, message: &str) -> Response {
+    let mut response = Response::new(Body::from(format!("{message}\n")));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+fn json(status: StatusCode, body: String) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn metadata(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    let service = &state.service;
+    let resource = service.resource(header_text(&headers, "host"));
+    let body = serde_json::json!({
+        "resource": resource,
+        "authorization_servers": service.issuer().map(|i| vec![i.to_owned()]).unwrap_or_default(),
+        "bearer_methods_supported": ["header"],
+        "resource_name": "CajaGuard spend gate",
+    });
+    json(StatusCode::OK, body.to_string())
+}
+
+/// Prometheus text (SPEC §13). Not behind a token: it holds the global figures every agent's
+/// `cajaguard_status` shows, and nothing per agent, merchant or checkout. `Origin` still holds.
+async fn metrics(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    if !state
+        .service
+        .origin_allowed(header_text(&headers, "origin"))
+    {
+        return text(
+            StatusCode::FORBIDDEN,
+            "this Origin may not read the metrics",
+        );
+    }
+    let base = state.service.base().clone();
+    match tokio::task::spawn_blocking(move || base.metrics_text()).await {
+        Ok(body) => {
+            let mut response = Response::new(Body::from(body));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            response
+        }
+        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "the metrics failed"),
+    }
+}
+
+fn unauthorized(service: &Service, headers: &HeaderMap, why: &Unauthenticated) -> Response {
+    let resource = service.resource(header_text(headers, "host"));
+    let metadata_url = match url::Url::parse(&resource) {
+        Ok(url) => format!("{}{METADATA_PATH}", url.origin().ascii_serialization()),
+        Err(_) => METADATA_PATH.to_owned(),
+    };
+    let challenge = match why {
+        Unauthenticated::Missing => format!("Bearer resource_metadata=\"{metadata_url}\""),
+        Unauthenticated::Invalid(_) => {
+            format!("Bearer resource_metadata=\"{metadata_url}\", error=\"invalid_token\"")
+        }
+    };
+    if let Unauthenticated::Invalid(reason) = why {
+        tracing::info!(reason = %reason, "a request with an invalid token was refused");
+    }
+    let mut response = text(
+        StatusCode::UNAUTHORIZED,
+        "a valid bearer token is needed: `cajaguard agent add <name>` makes one, or use the team's OAuth issuer",
+    );
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
+}
+
+async fn mcp(
+    State(state): State<Shared>,
+    method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let service = state.service.clone();
+    if !service.origin_allowed(header_text(&headers, "origin")) {
+        return text(
+            StatusCode::FORBIDDEN,
+            "this Origin may not call the gate: add it to serve.allowed_origins if it should",
+        );
+    }
+    // On the blocking pool: the token is looked up in the store (a PostgreSQL round trip), and
+    // an OAuth key set may be fetched again for an unknown key id.
+    let authorization = header_text(&headers, "authorization").map(str::to_owned);
+    let checking = service.clone();
+    let checked =
+        tokio::task::spawn_blocking(move || checking.authenticate(authorization.as_deref())).await;
+    let agent = match checked {
+        Ok(Ok(agent)) => agent,
+        Ok(Err(why)) => return unauthorized(&service, &headers, &why),
+        Err(_) => {
+            return unauthorized(
+                &service,
+                &headers,
+                &Unauthenticated::Invalid("the token check failed".to_owned()),
+            );
+        }
+    };
+    let session_id = header_text(&headers, SESSION_HEADER).map(str::to_owned);
+    match method {
+        Method::POST => {}
+        Method::DELETE => {
+            return match session_id {
+                Some(id) if service.end_session(&id, &agent) => {
+                    text(StatusCode::OK, "session ended")
+                }
+                _ => text(StatusCode::NOT_FOUND, "no such session"),
+            };
+        }
+        // No server-initiated stream: Streamable HTTP lets a server answer GET with 405.
+        _ => {
+            let mut response = text(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "POST one JSON-RPC message to /mcp; this gate opens no event stream",
+            );
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+            return response;
+        }
+    }
+    let Ok(message) = String::from_utf8(body.to_vec()) else {
+        return json(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::error(None, jsonrpc::PARSE_ERROR, "the body is not UTF-8"),
+        );
+    };
+    #[derive(serde::Deserialize)]
+    struct Peek<'a> {
+        #[serde(borrow)]
+        id: Option<&'a RawValue>,
+        method: Option<String>,
+        #[serde(borrow)]
+        params: Option<&'a RawValue>,
+    }
+    if message.trim_start().starts_with('[') {
+        return json(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::error(
+                None,
+                jsonrpc::INVALID_REQUEST,
+                "JSON-RPC batches are refused by CajaGuard",
+            ),
+        );
+    }
+    let Ok(peek) = serde_json::from_str::<Peek<'_>>(&message) else {
+        return json(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::error(
+                None,
+                jsonrpc::PARSE_ERROR,
+                "the body is not one JSON-RPC message",
+            ),
+        );
+    };
+    let id = peek.id.map(|id| id.get().to_owned());
+    let initialize = peek.method.as_deref() == Some("initialize");
+    let modern = header_text(&headers, VERSION_HEADER) == Some(MODERN_VERSION)
+        || peek
+            .params
+            .is_some_and(|p| p.get().contains("io.modelcontextprotocol/protocolVersion"));
+
+    let (session, new_session_id) = match (&session_id, initialize) {
+        (Some(_), true) => {
+            return json(
+                StatusCode::BAD_REQUEST,
+                jsonrpc::error(
+                    peek.id,
+                    jsonrpc::INVALID_REQUEST,
+                    "initialize starts a session: send it without Mcp-Session-Id",
+                ),
+            );
+        }
+        (Some(sid), false) => match service.session(sid, &agent) {
+            Some(session) => (session, None),
+            None => return text(StatusCode::NOT_FOUND, "no such session: initialize again"),
+        },
+        (None, true) => match service.open_session(&agent) {
+            Some((sid, session)) => (session, Some(sid)),
+            None => {
+                return text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many sessions; try again later",
+                );
+            }
+        },
+        (None, false) if modern => (service.one_shot(&agent), None),
+        (None, false) => {
+            return json(
+                StatusCode::BAD_REQUEST,
+                jsonrpc::error(
+                    peek.id,
+                    jsonrpc::INVALID_REQUEST,
+                    "Mcp-Session-Id is required after initialize (or use protocol version 2026-07-28, which needs no session)",
+                ),
+            );
+        }
+    };
+
+    let Some(id) = id else {
+        // A notification or a response: nothing comes back.
+        let proxy = session.proxy.clone();
+        let _ = tokio::task::spawn_blocking(move || proxy.handle_message(message)).await;
+        return Response::builder()
+            .status(StatusCode::ACCEPTED)
+            .body(Body::empty())
+            .unwrap_or_else(|_| text(StatusCode::ACCEPTED, ""));
+    };
+    let Some(answer) = session.waiting.expect(&id) else {
+        return json(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::error(
+                RawValue::from_string(id).ok().as_deref(),
+                jsonrpc::INVALID_REQUEST,
+                "a request with this id is still in flight in this session",
+            ),
+        );
+    };
+    let proxy = session.proxy.clone();
+    if tokio::task::spawn_blocking(move || proxy.handle_message(message))
+        .await
+        .is_err()
+    {
+        session.waiting.forget(&id);
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the gate failed on this request",
+        );
+    }
+    let line = match tokio::time::timeout(state.answer_within, answer).await {
+        Ok(Ok(line)) => line,
+        _ => {
+            session.waiting.forget(&id);
+            // The call may still be at the shop: its payment, if any, settles on its own.
+            return text(
+                StatusCode::GATEWAY_TIMEOUT,
+                "no answer in time; a payment under way settles on its own: ask cajaguard_status",
+            );
+        }
+    };
+    let mut response = json(StatusCode::OK, line);
+    if let Some(sid) = new_session_id
+        && let Ok(value) = HeaderValue::from_str(&sid)
+    {
+        response.headers_mut().insert(SESSION_HEADER, value);
+    }
+    response
+}

@@ -1,0 +1,362 @@
+//! `cajaguard serve` end to end (SPEC §13): a real service process in front of the fixture shop,
+//! agents over MCP Streamable HTTP with their own tokens and caps.
+
+#![allow(clippy::unwrap_used)]
+
+use cajaguard::store::{AuditRecord, Store};
+use cajaguard_core::agent::AgentId;
+use cajaguard_harness::service::{HttpMcp, Served, add_serve, post};
+use cajaguard_harness::{World, verdict};
+use serde_json::json;
+
+const ALICE: &str = "cg_agent_alice_test_token_0123456789";
+const BOB: &str = "cg_agent_bob_test_token_9876543210";
+
+/// A world whose config serves two agents: alice with tight caps of her own, bob under
+/// `agent_caps`; both tokens in the store.
+fn two_agents() -> (World, Served) {
+    let world = World::new();
+    let url = add_serve(
+        &world.config,
+        json!({
+            "allowed_origins": ["http://localhost:6274"],
+            "agents": [{ "name": "alice", "caps": {
+                "USD": { "approval_above": "25.00", "per_transaction": "30.00", "window": "40.00" }
+            } }]
+        }),
+        json!({ "agent_caps": {
+            "USD": { "approval_above": "50.00", "per_transaction": "100.00", "window": "150.00" }
+        } }),
+    );
+    let store = Store::open(&world.home).unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    for (name, token) in [("alice", ALICE), ("bob", BOB)] {
+        let agent = AgentId::parse(name).unwrap();
+        assert!(
+            store
+                .add_agent(&agent, token, now, &AuditRecord::new(now, "agent add"))
+                .unwrap()
+        );
+    }
+    drop(store);
+    let served = Served::start(&world.config, &url, &[]);
+    (world, served)
+}
+
+fn create_body() -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "create_checkout",
+        "arguments": { "meta": cajaguard_harness::meta(), "checkout": { "line_items": cajaguard_harness::line_items("trail-socks", 1) } }
+    }})
+    .to_string()
+}
+
+#[test]
+fn every_token_failure_is_a_401_that_reaches_nothing() {
+    let (world, served) = two_agents();
+    let body = create_body();
+    let cases: &[(&str, Option<&str>)] = &[
+        ("missing", None),
+        ("empty", Some("Bearer ")),
+        ("not bearer", Some("Basic YWxpY2U6cHc=")),
+        ("unknown", Some("Bearer cg_agent_nobody_0000000000000000")),
+        (
+            "alice's with a byte changed",
+            Some("Bearer cg_agent_alice_test_token_0123456788"),
+        ),
+        // A JWT when no issuer is configured: nothing can verify it.
+        (
+            "jwt without oauth",
+            Some("Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJhbGljZSJ9."),
+        ),
+    ];
+    for (what, auth) in cases {
+        let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", *a)).collect();
+        let reply = post(&served.url, &headers, &body);
+        assert_eq!(reply.status, 401, "{what}: {reply:?}");
+        let challenge = reply.header("www-authenticate").unwrap_or_default();
+        assert!(
+            challenge.starts_with("Bearer resource_metadata=\"http://127.0.0.1:")
+                && challenge.contains("/.well-known/oauth-protected-resource\""),
+            "{what}: {challenge}"
+        );
+        assert_eq!(
+            challenge.contains("invalid_token"),
+            auth.is_some_and(|a| a.starts_with("Bearer ") && a.len() > 7),
+            "{what}: {challenge}"
+        );
+        assert!(
+            !reply.body.contains("cg_agent"),
+            "{what}: the token came back: {}",
+            reply.body
+        );
+    }
+    assert_eq!(
+        world.shop_calls().len(),
+        0,
+        "a refused request reached the shop"
+    );
+    // The metadata the challenge points to is served.
+    let metadata = cajaguard_harness::service::send(
+        "GET",
+        &served
+            .url
+            .replace("/mcp", "/.well-known/oauth-protected-resource"),
+        &[],
+        None,
+    );
+    assert_eq!(metadata.status, 200);
+    assert_eq!(
+        metadata.json()["bearer_methods_supported"],
+        json!(["header"])
+    );
+}
+
+#[test]
+fn a_foreign_origin_is_refused_before_anything_else() {
+    let (world, served) = two_agents();
+    let body = create_body();
+    let auth = format!("Bearer {ALICE}");
+    for origin in ["http://evil.example", "http://localhost:6275", "null"] {
+        let reply = post(
+            &served.url,
+            &[("authorization", &auth), ("origin", origin)],
+            &body,
+        );
+        assert_eq!(reply.status, 403, "{origin}: {reply:?}");
+    }
+    assert_eq!(world.shop_calls().len(), 0);
+    // The configured origin passes (here a stateless call, which needs no session).
+    let modern = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": { "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}
+    }}});
+    let reply = post(
+        &served.url,
+        &[
+            ("authorization", &auth),
+            ("origin", "http://localhost:6274"),
+        ],
+        &modern.to_string(),
+    );
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let answer = reply.json();
+    assert_eq!(answer["id"], 7);
+    assert_eq!(answer["result"]["resultType"], "complete", "{answer}");
+}
+
+#[test]
+fn each_agent_spends_under_its_own_caps_and_identity() {
+    let (world, served) = two_agents();
+    let mut alice = HttpMcp::connect(&served.url, ALICE);
+    let mut bob = HttpMcp::connect(&served.url, BOB);
+    assert!(alice.tool_names().contains(&"complete_checkout".to_owned()));
+
+    // 2 x 12.00 = 24.00: within alice's 30.00 per payment and 40.00 window.
+    let first = alice.create_checkout("trail-socks", 2);
+    assert_eq!(verdict(&alice.pay(&first)).0, "allow");
+    // Another 24.00 would bring alice to 48.00, over her own window of 40.00 (the global and
+    // bob's would allow it).
+    let second = alice.create_checkout("trail-socks", 2);
+    let (v, reason, _) = verdict(&alice.pay(&second));
+    assert_eq!((v.as_str(), reason.as_str()), ("denied", "over_window_cap"));
+    // 3 x 12.00 = 36.00 is over her per-payment cap.
+    let third = alice.create_checkout("trail-socks", 3);
+    let (_, reason, _) = verdict(&alice.pay(&third));
+    assert_eq!(reason, "over_per_transaction_cap");
+    // Bob's spend is his own: the same 24.00 passes for him.
+    let bobs = bob.create_checkout("trail-socks", 2);
+    assert_eq!(verdict(&bob.pay(&bobs)).0, "allow");
+
+    // Alice cannot ride bob's session: another agent's session id is unknown to her.
+    let mut stolen = HttpMcp::connect(&served.url, ALICE);
+    stolen.session = bob.session.clone();
+    let reply = stolen.post_message(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}));
+    assert_eq!(reply.status, 404, "{reply:?}");
+
+    // Two payments reached the shop, once each.
+    assert_eq!(world.completes_reaching_shop(&first), 1);
+    assert_eq!(world.completes_reaching_shop(&second), 0);
+    assert_eq!(world.completes_reaching_shop(&bobs), 1);
+    assert_eq!(alice.close(), 200);
+    assert_eq!(alice.close(), 404, "a closed session is gone");
+
+    // The metrics count the decisions and the spend, with no agent or checkout in any label.
+    let metrics =
+        cajaguard_harness::service::send("GET", &served.url.replace("/mcp", "/metrics"), &[], None);
+    assert_eq!(metrics.status, 200);
+    let text = metrics.body;
+    for line in [
+        r#"cajaguard_decisions_total{verdict="allow",reason="within_caps"} 2"#,
+        r#"cajaguard_decisions_total{verdict="denied",reason="over_window_cap"} 1"#,
+        r#"cajaguard_decisions_total{verdict="denied",reason="over_per_transaction_cap"} 1"#,
+        r#"cajaguard_window_spent_minor_units{currency="USD"} 4800"#,
+        r#"cajaguard_window_headroom_minor_units{currency="USD"} 10200"#,
+        "cajaguard_approvals_waiting 0",
+        "cajaguard_frozen 0",
+        "cajaguard_store_up 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    assert!(
+        text.contains("cajaguard_store_gate_seconds_count 4"),
+        "{text}"
+    );
+    for private in ["alice", "bob", &first, "demo-outfitters"] {
+        assert!(!text.contains(private), "{private} is in the metrics");
+    }
+
+    // Graceful shutdown; then the audit log, with the agents in it, verifies.
+    let status = served.terminate();
+    assert!(status.success(), "serve exited with {status}");
+    let verify = world.cli(&["audit", "verify"]);
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+}
+
+mod oauth {
+    //! The same service with `serve.oauth`: JWT access tokens from the team's issuer, checked
+    //! against a JWKS file, every failure a 401 that reaches nothing.
+
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use p256::ecdsa::signature::Signer as _;
+    use serde_json::{Value, json};
+    use sha2::Digest as _;
+
+    use super::*;
+
+    const ISSUER: &str = "https://issuer.example";
+    const AUDIENCE: &str = "https://gate.example/mcp";
+
+    fn b64(bytes: impl AsRef<[u8]>) -> String {
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    fn key() -> p256::ecdsa::SigningKey {
+        p256::ecdsa::SigningKey::from_slice(&[7u8; 32]).unwrap()
+    }
+
+    fn jwk() -> Value {
+        let point = key()
+            .verifying_key()
+            .to_sec1_point(false)
+            .as_bytes()
+            .to_vec();
+        json!({ "kty": "EC", "crv": "P-256", "kid": "k1", "use": "sig",
+                "x": b64(&point[1..33]), "y": b64(&point[33..65]) })
+    }
+
+    fn now() -> i64 {
+        time::OffsetDateTime::now_utc().unix_timestamp()
+    }
+
+    fn claims(sub: &str) -> Value {
+        json!({ "iss": ISSUER, "aud": AUDIENCE, "sub": sub, "exp": now() + 600, "nbf": now() - 10 })
+    }
+
+    fn es256(claims: &Value) -> String {
+        let input = format!(
+            "{}.{}",
+            b64(json!({"alg": "ES256", "kid": "k1", "typ": "JWT"}).to_string()),
+            b64(claims.to_string())
+        );
+        let signature: p256::ecdsa::Signature = key().sign(input.as_bytes());
+        format!("{input}.{}", b64(signature.to_bytes()))
+    }
+
+    /// HMAC-SHA256 (RFC 2104) over `message`, for the key-confusion token.
+    fn hmac(key: &[u8], message: &[u8]) -> Vec<u8> {
+        let mut block = [0u8; 64];
+        block[..key.len().min(64)].copy_from_slice(&key[..key.len().min(64)]);
+        let pad = |byte: u8| block.iter().map(|b| b ^ byte).collect::<Vec<u8>>();
+        let inner = sha2::Sha256::digest([pad(0x36), message.to_vec()].concat());
+        sha2::Sha256::digest([pad(0x5c), inner.to_vec()].concat()).to_vec()
+    }
+
+    fn served() -> (World, Served) {
+        let world = World::new();
+        let jwks = world.dir.path().join("jwks.json");
+        std::fs::write(&jwks, json!({ "keys": [jwk()] }).to_string()).unwrap();
+        let url = add_serve(
+            &world.config,
+            json!({ "oauth": { "issuer": ISSUER, "audience": AUDIENCE, "jwks_file": "jwks.json" } }),
+            json!({}),
+        );
+        let served = Served::start(&world.config, &url, &[]);
+        (world, served)
+    }
+
+    #[test]
+    fn a_valid_token_names_the_agent_and_every_bad_one_is_a_401() {
+        let (world, served) = served();
+        let good = es256(&claims("carol"));
+        let mut carol = HttpMcp::connect(&served.url, &good);
+        assert!(carol.tool_names().contains(&"complete_checkout".to_owned()));
+        let checkout = carol.create_checkout("trail-socks", 1);
+        assert_eq!(verdict(&carol.pay(&checkout)).0, "allow");
+        let shop_calls = world.shop_calls().len();
+
+        let header_none = b64(json!({"alg": "none", "typ": "JWT"}).to_string());
+        let body = b64(claims("carol").to_string());
+        let hs_input = format!(
+            "{}.{body}",
+            b64(json!({"alg": "HS256", "kid": "k1"}).to_string())
+        );
+        let public_x = jwk()["x"].as_str().unwrap().to_owned();
+        let bad: Vec<(&str, String)> = vec![
+            (
+                "expired",
+                es256(
+                    &json!({ "iss": ISSUER, "aud": AUDIENCE, "sub": "carol", "exp": now() - 3600 }),
+                ),
+            ),
+            (
+                "wrong iss",
+                es256(
+                    &json!({ "iss": "https://other.example", "aud": AUDIENCE, "sub": "carol", "exp": now() + 600 }),
+                ),
+            ),
+            (
+                "wrong aud",
+                es256(
+                    &json!({ "iss": ISSUER, "aud": "https://other.example/mcp", "sub": "carol", "exp": now() + 600 }),
+                ),
+            ),
+            ("alg none", format!("{header_none}.{body}.")),
+            (
+                "HMAC with the public key",
+                format!(
+                    "{hs_input}.{}",
+                    b64(hmac(public_x.as_bytes(), hs_input.as_bytes()))
+                ),
+            ),
+            ("a signature of another token", {
+                let other = es256(&claims("dave"));
+                let good_parts: Vec<&str> = good.split('.').collect();
+                let sig = other.rsplit('.').next().unwrap();
+                format!("{}.{}.{sig}", good_parts[0], good_parts[1])
+            }),
+        ];
+        for (what, token) in &bad {
+            let auth = format!("Bearer {token}");
+            let reply = post(&served.url, &[("authorization", &auth)], &create_body());
+            assert_eq!(reply.status, 401, "{what}: {reply:?}");
+            assert!(
+                reply
+                    .header("www-authenticate")
+                    .unwrap_or_default()
+                    .contains("invalid_token"),
+                "{what}"
+            );
+        }
+        assert_eq!(
+            world.shop_calls().len(),
+            shop_calls,
+            "a refused token reached the shop"
+        );
+    }
+}
