@@ -294,7 +294,7 @@ fn a_session_sees_its_own_status_and_never_another_agents_request() {
     let proxy = Proxy::start(
         policy.clone(),
         cajaguard::keys::counted_trusted_keys(&policy).unwrap(),
-        store,
+        Arc::new(store),
         clock,
         Box::new(stdio_out.clone()),
     )
