@@ -477,3 +477,33 @@ mod oauth {
         );
     }
 }
+
+#[test]
+fn ids_and_protocol_versions_that_cannot_be_answered_are_refused() {
+    let (world, served) = two_agents();
+    let auth = format!("Bearer {ALICE}");
+    let modern_meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    for id in [json!({"a": 1}), json!([1]), json!(1.5), json!(true)] {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {"_meta": modern_meta}});
+        let reply = post(&served.url, &[("authorization", &auth)], &body.to_string());
+        assert_eq!(reply.status, 400, "id {id}: {reply:?}");
+    }
+    let body = json!({"jsonrpc": "2.0", "id": "s-1", "method": "tools/list", "params": {"_meta": modern_meta}});
+    let reply = post(
+        &served.url,
+        &[
+            ("authorization", &auth),
+            ("mcp-protocol-version", "2024-01-01"),
+        ],
+        &body.to_string(),
+    );
+    assert_eq!(reply.status, 400, "{reply:?}");
+    // A string id is answered under the same id.
+    let reply = post(&served.url, &[("authorization", &auth)], &body.to_string());
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.json()["id"], "s-1");
+    assert_eq!(world.shop_calls().len(), 0);
+}

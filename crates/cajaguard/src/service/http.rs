@@ -242,6 +242,23 @@ async fn mcp(
             return response;
         }
     }
+    let Some(_admitted) = service.admit(&agent) else {
+        return refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            jsonrpc::OVERLOADED,
+            "too many of this agent's requests are in flight; wait for some to finish",
+        );
+    };
+    if let Some(version) = header_text(&headers, VERSION_HEADER)
+        && version != MODERN_VERSION
+        && !cajaguard_wire::era::LEGACY_VERSIONS.contains(&version)
+    {
+        return refusal(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::INVALID_REQUEST,
+            "unsupported MCP-Protocol-Version: this gate speaks 2025-06-18, 2025-11-25 and 2026-07-28",
+        );
+    }
     let Ok(message) = String::from_utf8(body.to_vec()) else {
         return json(
             StatusCode::BAD_REQUEST,
@@ -276,6 +293,24 @@ async fn mcp(
             ),
         );
     };
+    // A request id is a string or an integer (JSON-RPC; MCP forbids null): anything else could
+    // never be matched to its answer.
+    if let Some(raw) = peek.id
+        && !matches!(
+            serde_json::from_str::<serde_json::Value>(raw.get()),
+            Ok(serde_json::Value::String(_))
+        )
+        && serde_json::from_str::<i64>(raw.get()).is_err()
+    {
+        return json(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::error(
+                None,
+                jsonrpc::INVALID_REQUEST,
+                "a request id must be a string or an integer",
+            ),
+        );
+    }
     let id = peek.id.map(|id| id.get().to_owned());
     let initialize = peek.method.as_deref() == Some("initialize");
     let modern = header_text(&headers, VERSION_HEADER) == Some(MODERN_VERSION)
