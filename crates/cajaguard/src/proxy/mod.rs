@@ -145,6 +145,18 @@ impl Proxy {
         })
     }
 
+    /// The agent as the metrics see it: its id, and whether the config names it (only those
+    /// become label values).
+    fn metered_agent(&self) -> Option<(&AgentId, bool)> {
+        let agent = self.agent.as_ref()?;
+        let named = self
+            .policy
+            .serve
+            .as_ref()
+            .is_some_and(|serve| serve.agents.contains_key(agent));
+        Some((agent, named))
+    }
+
     /// The agent this session is, if any.
     pub fn agent(&self) -> Option<&AgentId> {
         self.agent.as_ref()
