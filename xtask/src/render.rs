@@ -170,6 +170,7 @@ fn floor_name(timing: &Timing, key: Option<&str>) -> String {
         "fsync" => "fsync",
         "ed25519" => "Ed25519 verify",
         "pipe" => "pipe round trip",
+        "postgres_commit" => "PostgreSQL commit",
         "spawn" => "process spawn",
         _ => key,
     }
@@ -219,6 +220,9 @@ fn timing_tables(out: &mut String, timing: &Timing) {
             cell(&goal),
             met
         );
+    }
+    for why in &timing.left_out {
+        let _ = writeln!(out, "\n{}.", cell(why));
     }
 }
 
@@ -431,6 +435,8 @@ pub fn readme_block(readme: &str, run: &Run) -> Result<String> {
             "gate_allow_durable",
             "window_1000",
             &format!("window_{}", run.sizes.big_ledger_rows),
+            "postgres_gate_1000",
+            &format!("postgres_gate_{}", run.sizes.big_ledger_rows),
             "proxy_added",
             "cold_start",
         ] {
