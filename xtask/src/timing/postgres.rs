@@ -188,6 +188,7 @@ fn gate_only_samples(
             &request,
             &quote,
             &digest,
+            None,
             policy.window,
             now,
             false,
