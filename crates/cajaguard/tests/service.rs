@@ -511,3 +511,45 @@ fn ids_and_protocol_versions_that_cannot_be_answered_are_refused() {
     assert_eq!(reply.json()["id"], "s-1");
     assert_eq!(world.shop_calls().len(), 0);
 }
+
+/// Red-team finding: a line break is JSON whitespace, so an HTTP body may hold many; forwarded
+/// as written to a stdio shop, the rest of a line would be a message of its own — a
+/// `complete_checkout` past the gate. Every break becomes a space before anything is read.
+#[test]
+fn a_line_break_in_a_body_never_smuggles_a_message_to_the_shop() {
+    let (world, served) = two_agents();
+    let mut alice = HttpMcp::connect(&served.url, ALICE);
+    let checkout = alice.create_checkout("trail-socks", 1);
+    let smuggled = json!({"jsonrpc": "2.0", "id": 987654, "method": "tools/call", "params": {
+        "name": "complete_checkout",
+        "arguments": cajaguard_harness::complete_args(&checkout, cajaguard_harness::test_instrument(), "k-smuggled", json!({}))
+    }});
+    for brk in ["\n", "\r", "\r\n"] {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{{"name":"get_checkout","arguments":{{"meta":{{"ucp-agent":{{"profile":"{}"}}}},"id":"{checkout}","x":[{brk}{smuggled}{brk}]}}}}}}"#,
+            cajaguard_harness::AGENT
+        );
+        let reply = alice.post_message_raw(&body);
+        assert_eq!(reply.status, 200, "{reply:?}");
+        assert_eq!(reply.json()["id"], 42, "{}", reply.body);
+    }
+    assert_eq!(
+        world.completes_reaching_shop(&checkout),
+        0,
+        "a complete_checkout reached the shop past the gate"
+    );
+    // The shop link is fine: the checkout still pays through the gate.
+    assert_eq!(verdict(&alice.pay(&checkout)).0, "allow");
+    assert_eq!(world.completes_reaching_shop(&checkout), 1);
+}
+
+#[test]
+fn a_response_from_the_client_is_taken_without_waiting() {
+    let (_world, served) = two_agents();
+    let alice = HttpMcp::connect(&served.url, ALICE);
+    let reply = alice.post_message(&json!({"jsonrpc": "2.0", "id": "x".repeat(200), "result": {}}));
+    assert_eq!(reply.status, 202, "{reply:?}");
+    let long = alice
+        .post_message(&json!({"jsonrpc": "2.0", "id": "x".repeat(300), "method": "tools/list"}));
+    assert_eq!(long.status, 400, "{long:?}");
+}

@@ -210,6 +210,15 @@ impl Proxy {
     }
 
     fn dispatch(self: &Arc<Proxy>, line: String) {
+        // A line break is JSON whitespace between tokens, but to a stdio shop it ends a message:
+        // one left in `params` would make the rest of the line a request of its own, forwarded
+        // past the gate. So none ever gets that far (a `\r` inside a stdio line included; an
+        // HTTP body may hold any number). Spaces change no JSON value.
+        let line = if line.contains(['\n', '\r']) {
+            jsonrpc::one_line(&line)
+        } else {
+            line
+        };
         let trimmed = line.trim_start();
         if trimmed.is_empty() {
             return;
@@ -437,8 +446,11 @@ impl Proxy {
         }
     }
 
+    /// A record for `tool` now, of this session's agent (through the service).
     fn audit_record(&self, tool: &str) -> AuditRecord {
-        AuditRecord::new((self.clock)(), tool)
+        let mut record = AuditRecord::new((self.clock)(), tool);
+        record.agent = self.agent.as_ref().map(|a| a.as_str().to_owned());
+        record
     }
 
     fn audit_refusal(&self, tool: &str, ruling: &Ruling) {

@@ -13,7 +13,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
@@ -27,6 +27,8 @@ use cajaguard_wire::jsonrpc;
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+/// The longest request id kept while its answer is awaited.
+const MAX_ID_BYTES: usize = 256;
 
 /// Serves until SIGINT or SIGTERM, then stops taking requests and finishes those in flight
 /// (a payment under way settles before the process ends).
@@ -183,12 +185,11 @@ fn unauthorized(service: &Service, headers: &HeaderMap, why: &Unauthenticated) -
     response
 }
 
-async fn mcp(
-    State(state): State<Shared>,
-    method: Method,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn mcp(State(state): State<Shared>, request: axum::extract::Request) -> Response {
+    // The body is read only once the headers passed: an unauthenticated caller costs no more
+    // than its headers.
+    let (parts, body) = request.into_parts();
+    let (method, headers) = (parts.method, parts.headers);
     let service = state.service.clone();
     if !service.origin_allowed(header_text(&headers, "origin")) {
         return refusal(
@@ -242,11 +243,18 @@ async fn mcp(
             return response;
         }
     }
-    let Some(_admitted) = service.admit(&agent) else {
+    let Some(admitted) = service.admit(&agent) else {
         return refusal(
             StatusCode::SERVICE_UNAVAILABLE,
             jsonrpc::OVERLOADED,
             "too many of this agent's requests are in flight; wait for some to finish",
+        );
+    };
+    let Ok(body) = axum::body::to_bytes(body, MAX_AGENT_MESSAGE_BYTES).await else {
+        return refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            jsonrpc::INVALID_REQUEST,
+            "a message over 1 MiB (or a body cut short) is refused by CajaGuard",
         );
     };
     if let Some(version) = header_text(&headers, VERSION_HEADER)
@@ -311,7 +319,22 @@ async fn mcp(
             ),
         );
     }
-    let id = peek.id.map(|id| id.get().to_owned());
+    if peek.id.is_some_and(|id| id.get().len() > MAX_ID_BYTES) {
+        return json(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::error(
+                None,
+                jsonrpc::INVALID_REQUEST,
+                "a request id over 256 bytes is refused",
+            ),
+        );
+    }
+    // Only a request (an id and a method) gets an answer; a response from the client (an id, no
+    // method) is taken like a notification.
+    let id = match peek.method {
+        Some(_) => peek.id.map(|id| id.get().to_owned()),
+        None => None,
+    };
     let initialize = peek.method.as_deref() == Some("initialize");
     let modern = header_text(&headers, VERSION_HEADER) == Some(MODERN_VERSION)
         || peek
@@ -366,12 +389,13 @@ async fn mcp(
         // A notification or a response: nothing comes back.
         let proxy = session.proxy.clone();
         let _ = tokio::task::spawn_blocking(move || proxy.handle_message(message)).await;
+        drop(admitted);
         return Response::builder()
             .status(StatusCode::ACCEPTED)
             .body(Body::empty())
             .unwrap_or_else(|_| text(StatusCode::ACCEPTED, ""));
     };
-    let Some(answer) = session.waiting.expect(&id) else {
+    let Some(answer) = session.waiting.expect(&id, admitted) else {
         return json(
             StatusCode::BAD_REQUEST,
             jsonrpc::error(
@@ -396,8 +420,8 @@ async fn mcp(
     let line = match tokio::time::timeout(state.answer_within, answer).await {
         Ok(Ok(line)) => line,
         _ => {
-            session.waiting.forget(&id);
-            // The call may still be at the shop: its payment, if any, settles on its own.
+            // The call may still be at the shop: its payment, if any, settles on its own; its
+            // slot and its id stay taken until its answer comes.
             return refusal(
                 StatusCode::GATEWAY_TIMEOUT,
                 jsonrpc::SHOP_UNAVAILABLE,

@@ -34,6 +34,9 @@ pub const MAX_IN_FLIGHT: usize = 512;
 /// A session unused this long is forgotten (the client starts a new one with `initialize`).
 pub const SESSION_IDLE: Duration = Duration::from_secs(3600);
 
+/// What an OAuth subject's agent id starts with (`oauth:<claim>`); `agent add` refuses it.
+pub const OAUTH_PREFIX: &str = cajaguard_core::agent::OAUTH_PREFIX;
+
 /// Checks an OAuth access token at a time (Unix seconds): the agent claim's value, or why not.
 /// Made from `serve.oauth` by the CLI (`service::oauth`), injected so tests choose the clock.
 pub type VerifyJwt = dyn Fn(&str, i64) -> Result<String, String> + Send + Sync;
@@ -152,7 +155,9 @@ impl Service {
             };
             let now = (self.clock)().unix_timestamp();
             let claim = jwt(token, now).map_err(Unauthenticated::Invalid)?;
-            return AgentId::parse(&claim).map_err(|e| {
+            // OAuth subjects live in their own namespace: a token's claim `ci-bot` must never
+            // become the agent `cajaguard agent add ci-bot` made (its caps, window, approvals).
+            return AgentId::parse(&format!("{OAUTH_PREFIX}{claim}")).map_err(|e| {
                 Unauthenticated::Invalid(format!("the token's agent claim is unusable: {e}"))
             });
         }
