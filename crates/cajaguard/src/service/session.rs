@@ -23,7 +23,10 @@ use crate::proxy::Proxy;
 /// admission: the slot is the call's until its answer comes, whether or not the client still
 /// waits (a client that hangs up does not stop the call, so it must not free the slot).
 #[derive(Clone, Default)]
-pub(super) struct Waiting(Arc<Mutex<HashMap<String, (oneshot::Sender<String>, Admitted)>>>);
+pub(super) struct Waiting(Arc<Mutex<HashMap<String, Waiter>>>);
+
+/// Where a request's answer goes, and the admission it holds until then.
+type Waiter = (oneshot::Sender<String>, Admitted);
 
 impl Waiting {
     /// Registers `id`; `None` when a request with the same id is still in flight (JSON-RPC ids
