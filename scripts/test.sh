@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test: the workspace's unit, property and end-to-end tests, then the real MCP clients (Python
 # SDK and MCP Inspector, pinned, installed into target/clients) against `cajaguard mcp` in front of
-# the fixture shop. Each step's closing line says what passed.
+# the fixture shop, over stdio and, against `cajaguard serve`, over Streamable HTTP. Each step's closing line says what passed.
 #
 # The shared-store (PostgreSQL) tests run against CAJAGUARD_TEST_POSTGRES_URL when it is set (CI
 # sets it). Unset, a local PostgreSQL answering on 127.0.0.1:5432 (user postgres, trust auth) is
@@ -44,7 +44,7 @@ cargo test --workspace --locked
 echo "== client install check (tests/clients/verify_install.py, offline)"
 python3 tests/clients/test_verify_install.py
 
-echo "== real MCP clients through cajaguard mcp"
+echo "== real MCP clients through cajaguard mcp (stdio) and cajaguard serve (Streamable HTTP)"
 mkdir -p "$scratch/examples"
 cp examples/cajaguard.demo.json "$scratch/examples/"
 target/debug/cajaguard keygen --out "$scratch/.cajaguard/keys" >/dev/null

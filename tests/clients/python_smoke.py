@@ -1,12 +1,22 @@
 #!/usr/bin/env python3
-"""Smoke test: the official Python MCP SDK (2.x) drives `cajaguard mcp` over stdio.
+"""Smoke test: the official Python MCP SDK (2.x) drives `cajaguard mcp` over stdio, or
+`cajaguard serve` over Streamable HTTP (`--url`).
 
-For each requested protocol mode it runs three checks:
+For each requested protocol mode it runs three checks (four with `--blocked-product`):
   1. tools/list   - the UCP tools and `cajaguard_status` are listed, nothing else leaks;
   2. cajaguard_status - structuredContent carries `mode` and `caps`;
   3. purchase     - search_catalog -> create_checkout -> update_checkout (payment) ->
                     complete_checkout for 2 x "Trail socks"; the result is not an error,
-                    its status is `completed` and `_meta.cajaguard.verdict == "allow"`.
+                    its status is `completed` and `_meta.cajaguard.verdict == "allow"`;
+  +  blocked      - (`--blocked-product P`, run before the purchase) the same for 1 x P, whose
+                    `complete_checkout` must be refused: isError, `blocked` / `pending_approval`.
+
+Over HTTP (`--url http://HOST:PORT/mcp`) the client is the SDK's own
+`mcp.client.streamable_http.streamable_http_client` on an httpx2 client whose every request
+carries `Authorization: Bearer <token>`, the token read from `$CG_AGENT_TOKEN` (`--bearer-env`).
+Each mode then also opens a client with a token the gate never made: it must fail, and the error
+the SDK raises must carry the gate's reason ("a valid bearer token is needed ..."). The final
+line then starts `python-http:`.
 
 Modes (`--modes`, comma separated):
   auto        the SDK default: probes `server/discover` and uses 2026-07-28 if the server
@@ -28,15 +38,20 @@ the exit status is non-zero when any check failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import traceback
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import httpx2
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 UCP_TOOLS = {
     "create_checkout", "get_checkout", "update_checkout", "complete_checkout", "cancel_checkout",
@@ -63,12 +78,12 @@ def describe(e: BaseException) -> str:
 
 
 class Tally:
-    def __init__(self) -> None:
+    def __init__(self, label: str) -> None:
+        self.label = label
         self.passed = self.failed = self.skipped = 0
-        self.notes: list[str] = []
 
     def line(self) -> str:
-        s = f"python-sdk: {self.passed} passed, {self.failed} failed"
+        s = f"{self.label}: {self.passed} passed, {self.failed} failed"
         return s + (f", {self.skipped} skipped" if self.skipped else "")
 
 
@@ -165,17 +180,18 @@ async def check_status(client: Client, args: argparse.Namespace, mode: str) -> N
     print(f"  [{mode}] cajaguard_status mode={sc['mode']} caps={sorted(sc['caps'])}")
 
 
-async def check_purchase(client: Client, args: argparse.Namespace, mode: str) -> None:
-    r = await client.call_tool("search_catalog", {"meta": meta(False), "catalog": {"query": args.product}})
-    item_id = pick_item_id(structured(r, "search_catalog"), args.product)
+async def ready_checkout(client: Client, args: argparse.Namespace, mode: str, product: str, quantity: int) -> tuple[str, dict[str, Any]]:
+    """search_catalog -> create_checkout -> update_checkout (payment): the checkout id and the instrument."""
+    r = await client.call_tool("search_catalog", {"meta": meta(False), "catalog": {"query": product}})
+    item_id = pick_item_id(structured(r, "search_catalog"), product)
 
     r = await client.call_tool(
         "create_checkout",
-        {"meta": meta(), "checkout": {"line_items": [{"item": {"id": item_id}, "quantity": args.quantity}]}},
+        {"meta": meta(), "checkout": {"line_items": [{"item": {"id": item_id}, "quantity": quantity}]}},
     )
     co = structured(r, "create_checkout")
     checkout_id = co["id"]
-    print(f"  [{mode}] checkout {checkout_id} status={co.get('status')} item={item_id}")
+    print(f"  [{mode}] checkout {checkout_id} status={co.get('status')} item={item_id} x{quantity}")
 
     instrument = {
         "id": "pi_1",
@@ -188,7 +204,7 @@ async def check_purchase(client: Client, args: argparse.Namespace, mode: str) ->
         {"id": li["id"], "item": {"id": li["item"]["id"]}, "quantity": li["quantity"]}
         for li in co.get("line_items") or []
         if isinstance(li, dict) and li.get("id") and isinstance(li.get("item"), dict)
-    ] or [{"item": {"id": item_id}, "quantity": args.quantity}]
+    ] or [{"item": {"id": item_id}, "quantity": quantity}]
     r = await client.call_tool(
         "update_checkout",
         {
@@ -199,16 +215,23 @@ async def check_purchase(client: Client, args: argparse.Namespace, mode: str) ->
     )
     co = structured(r, "update_checkout")
     print(f"  [{mode}] after update status={co.get('status')}")
+    return checkout_id, instrument
 
-    key = str(uuid.uuid4())
-    r = await client.call_tool(
+
+async def complete(client: Client, checkout_id: str, instrument: dict[str, Any]) -> Any:
+    return await client.call_tool(
         "complete_checkout",
         {
-            "meta": {"ucp-agent": {"profile": AGENT_PROFILE}, "idempotency-key": key},
+            "meta": {"ucp-agent": {"profile": AGENT_PROFILE}, "idempotency-key": str(uuid.uuid4())},
             "id": checkout_id,
             "checkout": {"payment": {"instruments": [instrument]}},
         },
     )
+
+
+async def check_purchase(client: Client, args: argparse.Namespace, mode: str) -> None:
+    checkout_id, instrument = await ready_checkout(client, args, mode, args.product, args.quantity)
+    r = await complete(client, checkout_id, instrument)
     result_meta = r.meta or {}
     co = structured(r, "complete_checkout")
     if co.get("status") != "completed":
@@ -221,15 +244,68 @@ async def check_purchase(client: Client, args: argparse.Namespace, mode: str) ->
         raise AssertionError(f"_meta.cajaguard.verdict={verdict!r}, expected 'allow'; _meta={json.dumps(result_meta)[:500]}")
 
 
+async def check_blocked(client: Client, args: argparse.Namespace, mode: str) -> None:
+    """A payment over the approval threshold: refused as blocked / pending_approval (isError)."""
+    checkout_id, instrument = await ready_checkout(client, args, mode, args.blocked_product, 1)
+    r = await complete(client, checkout_id, instrument)
+    if not r.is_error:
+        raise AssertionError(f"complete_checkout of {args.blocked_product!r} was not refused: {text_of(r)[:600]}")
+    gate = (r.structured_content or {}).get("cajaguard") or {}
+    print(f"  [{mode}] refused; cajaguard={json.dumps({k: gate.get(k) for k in ('verdict', 'reason', 'request_id')})}")
+    if (gate.get("verdict"), gate.get("reason")) != ("blocked", "pending_approval"):
+        raise AssertionError(f"expected blocked / pending_approval, got {json.dumps(gate)[:600]}")
+
+
 CHECKS = [("tools/list", check_tools), ("cajaguard_status", check_status), ("purchase", check_purchase)]
 
 
-async def run_mode(mode: str, params: StdioServerParameters, args: argparse.Namespace, tally: Tally) -> None:
-    label = f"python-sdk[{mode}]"
-    done = 0
+def checks(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    # The refused payment goes first: it needs its whole amount free in the window.
+    blocked = [("blocked", check_blocked)] if args.blocked_product else []
+    return CHECKS[:2] + blocked + CHECKS[2:]
+
+
+@contextlib.asynccontextmanager
+async def http_transport(url: str, token: str, timeout: float) -> AsyncIterator[Any]:
+    """The SDK's streamable HTTP client, its requests carrying `Authorization: Bearer <token>`."""
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout)) as http:
+        async with streamable_http_client(url, http_client=http) as streams:
+            yield streams
+
+
+WRONG_TOKEN = "cg_agent_not_a_token_of_this_gate_0000"
+
+
+async def check_wrong_token(mode: str, args: argparse.Namespace, tally: Tally) -> None:
+    """Over HTTP: a token the gate does not know is refused, and the SDK shows the gate's reason."""
+    label = f"{args.label}[{mode}] wrong token"
     try:
-        async with Client(params, mode=mode, read_timeout_seconds=args.timeout) as client:
-            for name, fn in CHECKS:
+        with anyio.fail_after(args.timeout * 2):
+            async with Client(http_transport(args.url, WRONG_TOKEN, args.timeout), mode=mode,
+                              read_timeout_seconds=args.timeout) as client:
+                await client.list_tools()
+    except Exception as e:  # noqa: BLE001 - the refusal is what this check wants
+        why = describe(e)
+        if "bearer token" in why:
+            tally.passed += 1
+            print(f"PASS {label} ({why[:160]})")
+        else:
+            tally.failed += 1
+            print(f"FAIL {label}: refused, but the error does not say why: {why[:400]}")
+        return
+    tally.failed += 1
+    print(f"FAIL {label}: tools/list succeeded with a token the gate never made")
+
+
+async def run_mode(mode: str, target: Any, args: argparse.Namespace, tally: Tally) -> None:
+    label = f"{args.label}[{mode}]"
+    done = 0
+    todo = checks(args)
+    server = http_transport(args.url, args.bearer, args.timeout) if args.url else target
+    try:
+        async with Client(server, mode=mode, read_timeout_seconds=args.timeout) as client:
+            for name, fn in todo:
                 try:
                     with anyio.fail_after(args.timeout * 4):
                         await fn(client, args, mode)
@@ -251,7 +327,7 @@ async def run_mode(mode: str, params: StdioServerParameters, args: argparse.Name
         print(f"FAIL {label} session: {describe(e)}")
         if args.verbose:
             traceback.print_exc()
-        tally.failed += max(len(CHECKS) - done, 1)
+        tally.failed += max(len(todo) - done, 1)
 
 
 def main() -> int:
@@ -265,11 +341,22 @@ def main() -> int:
     ap.add_argument("--handler", default="fixture_test_handler")
     ap.add_argument("--token", default="cg_test_demo_token_01")
     ap.add_argument("--hidden-tool", action="append", default=[], help="a tool that must not be listed")
+    ap.add_argument("--blocked-product", help="also pay 1 x this product and expect blocked / pending_approval")
+    ap.add_argument("--url", help="the service's MCP endpoint (`cajaguard serve`): use streamable HTTP, not stdio")
+    ap.add_argument("--bearer-env", default="CG_AGENT_TOKEN", help="with --url: the variable holding the agent token")
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("server", nargs="*", help="after --: server command (overrides --cajaguard/--config)")
     args = ap.parse_args()
 
+    if args.url:
+        args.label = "python-http"
+        args.bearer = os.environ.get(args.bearer_env, "")
+        if not args.bearer:
+            ap.error(f"--url needs the agent token in ${args.bearer_env} (`cajaguard agent add NAME` prints one)")
+        print(f"{args.label}: streamable HTTP {args.url} (token from ${args.bearer_env})")
+        return run_all(None, args)
+    args.label = "python-sdk"
     if args.server:
         command, cmd_args = args.server[0], args.server[1:]
     else:
@@ -278,9 +365,14 @@ def main() -> int:
         command, cmd_args = args.cajaguard, ["mcp", "--config", args.config]
     params = StdioServerParameters(command=command, args=cmd_args)
     print(f"python-sdk: server {command} {' '.join(cmd_args)}")
+    return run_all(params, args)
 
-    tally = Tally()
+
+def run_all(params: StdioServerParameters | None, args: argparse.Namespace) -> int:
+    tally = Tally(args.label)
     for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
+        if args.url:
+            anyio.run(check_wrong_token, mode, args, tally)
         anyio.run(run_mode, mode, params, args, tally)
     if args.direct_shop:
         print("NOTE: --direct-shop: proxy-only checks were skipped; this is not a proxy test")

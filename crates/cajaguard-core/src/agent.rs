@@ -10,6 +10,10 @@ use crate::Error;
 /// The longest agent id accepted (an OAuth `sub` is usually a UUID or `provider|id`).
 pub const MAX_AGENT_ID_BYTES: usize = 128;
 
+/// Agents authenticated by OAuth (SPEC §13) are `oauth:<agent claim>`, a namespace no agent
+/// token can name, so a token's claim can never turn into an agent made by `cajaguard agent add`.
+pub const OAUTH_PREFIX: &str = "oauth:";
+
 /// A validated agent id. Only [`AgentId::parse`] makes one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AgentId(String);
@@ -36,6 +40,11 @@ impl AgentId {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Whether this id is an OAuth subject's (`oauth:...`).
+    pub fn is_oauth(&self) -> bool {
+        self.0.starts_with(OAUTH_PREFIX)
     }
 }
 

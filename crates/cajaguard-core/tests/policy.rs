@@ -518,3 +518,143 @@ fn approvals_web_and_require_refuse_what_cannot_work() {
     );
     assert!(msg.contains("approvals.web"), "{msg}");
 }
+
+// ---- serve and agent_caps (SPEC §13) ----
+
+fn serve(edit: impl FnOnce(&mut Value)) -> Value {
+    with(|c| {
+        c["serve"] = json!({
+            "listen": "127.0.0.1:8376",
+            "allowed_origins": ["http://localhost:6274"],
+            "agents": [
+                { "name": "ci-bot", "caps": { "USD": { "approval_above": "10.00", "per_transaction": "20.00", "window": "30.00" } } },
+                { "name": "shopper" }
+            ]
+        });
+        c["agent_caps"] = json!({ "USD": { "approval_above": "5.00", "per_transaction": "25.00", "window": "40.00" } });
+        edit(c);
+    })
+}
+
+#[test]
+fn serve_and_agent_caps_parse_and_an_agents_own_caps_come_first() {
+    use cajaguard_core::agent::AgentId;
+    let p = parse(&serve(|_| {})).unwrap();
+    let s = p.serve.as_ref().unwrap();
+    assert_eq!(s.listen, "127.0.0.1:8376".parse().unwrap());
+    assert_eq!(
+        s.allowed_origins.iter().collect::<Vec<_>>(),
+        ["http://localhost:6274"]
+    );
+    assert!(s.oauth.is_none());
+    let own = p.agent_caps(&AgentId::parse("ci-bot").unwrap()).unwrap();
+    assert_eq!(own["USD"].per_transaction, 2000);
+    // Listed without caps, or not listed at all: agent_caps.
+    for other in ["shopper", "someone-else"] {
+        let caps = p.agent_caps(&AgentId::parse(other).unwrap()).unwrap();
+        assert_eq!(caps["USD"].per_transaction, 2500, "{other}");
+        assert!(!caps.contains_key("JPY"), "{other}");
+    }
+    // Neither: only the global caps hold.
+    let bare = parse(&config_json()).unwrap();
+    assert!(bare.serve.is_none() && bare.agent_caps.is_none());
+    assert!(
+        bare.agent_caps(&AgentId::parse("ci-bot").unwrap())
+            .is_none()
+    );
+}
+
+#[test]
+fn serve_and_agent_caps_refusals_name_the_json_path() {
+    refused(
+        &serve(|c| c["serve"]["lisen"] = json!("x")),
+        "$.serve.lisen",
+    );
+    refused(
+        &serve(|c| c["serve"]["agents"][0]["token"] = json!("t")),
+        "$.serve.agents[0].token",
+    );
+    refused(
+        &serve(|c| c["agent_caps"]["USD"]["daily"] = json!("1")),
+        "$.agent_caps.USD.daily",
+    );
+    for listen in ["localhost:8376", "127.0.0.1", "127.0.0.1:99999", ""] {
+        refused(
+            &serve(|c| c["serve"]["listen"] = json!(listen)),
+            "$.serve.listen",
+        );
+    }
+    refused(
+        &serve(|c| {
+            c["serve"].as_object_mut().unwrap().remove("listen");
+        }),
+        "$.serve.listen",
+    );
+    for origin in [
+        "http://localhost:6274/app",
+        "http://localhost:6274/",
+        "http://localhost:6274?x=1",
+        "ftp://localhost",
+        "localhost:6274",
+    ] {
+        let msg = refused(
+            &serve(|c| c["serve"]["allowed_origins"] = json!(["https://ok.example", origin])),
+            "$.serve.allowed_origins[1]",
+        );
+        assert!(msg.contains("origin"), "{origin}: {msg}");
+    }
+    let msg = refused(
+        &serve(|c| {
+            c["agent_caps"]["EUR"] =
+                json!({ "approval_above": "1.00", "per_transaction": "2.00", "window": "3.00" })
+        }),
+        "$.agent_caps.EUR",
+    );
+    assert!(msg.contains("global"), "{msg}");
+    refused(
+        &serve(|c| {
+            c["serve"]["agents"][0]["caps"]["EUR"] =
+                json!({ "approval_above": "1.00", "per_transaction": "2.00", "window": "3.00" })
+        }),
+        "$.serve.agents[0].caps.EUR",
+    );
+    refused(
+        &serve(|c| c["agent_caps"]["USD"]["per_transaction"] = json!("50.00")),
+        "$.agent_caps.USD",
+    );
+    let msg = refused(
+        &serve(|c| c["serve"]["agents"][1]["name"] = json!("ci-bot")),
+        "$.serve.agents[1].name",
+    );
+    assert!(msg.contains("once"), "{msg}");
+    refused(
+        &serve(|c| c["serve"]["agents"][1]["name"] = json!("ci bot")),
+        "$.serve.agents[1].name",
+    );
+    let oauth = |jwks: Value| {
+        serve(|c| {
+            let mut o =
+                json!({ "issuer": "https://id.example", "audience": "https://gate.example/mcp" });
+            for (k, v) in jwks.as_object().unwrap() {
+                o[k] = v.clone();
+            }
+            c["serve"]["oauth"] = o;
+        })
+    };
+    assert!(parse(&oauth(json!({ "jwks_url": "https://id.example/jwks" }))).is_ok());
+    assert!(parse(&oauth(json!({ "jwks_url": "http://127.0.0.1:9000/jwks" }))).is_ok());
+    for url in [
+        "http://id.example/jwks",
+        "http://localhost/jwks",
+        "http://10.0.0.1/jwks",
+    ] {
+        let msg = refused(&oauth(json!({ "jwks_url": url })), "$.serve.oauth.jwks_url");
+        assert!(msg.contains("https"), "{url}: {msg}");
+    }
+    let msg = refused(
+        &oauth(json!({ "jwks_url": "https://id.example/jwks", "jwks_file": "jwks.json" })),
+        "$.serve.oauth",
+    );
+    assert!(msg.contains("both"), "{msg}");
+    refused(&oauth(json!({})), "$.serve.oauth");
+}

@@ -283,20 +283,19 @@ impl HttpMcp {
         mcp
     }
 
-    pub fn post_message(&self, message: &Value) -> Reply {
+    /// POSTs `body` exactly as given, with this session's headers.
+    pub fn post_message_raw(&self, body: &str) -> Reply {
         let auth = format!("Bearer {}", self.token);
         let mut headers = vec![("authorization", auth.as_str())];
         if let Some(session) = &self.session {
             headers.push(("mcp-session-id", session.as_str()));
             headers.push(("mcp-protocol-version", "2025-11-25"));
         }
-        send_with(
-            &self.client,
-            "POST",
-            &self.url,
-            &headers,
-            Some(&message.to_string()),
-        )
+        send_with(&self.client, "POST", &self.url, &headers, Some(body))
+    }
+
+    pub fn post_message(&self, message: &Value) -> Reply {
+        self.post_message_raw(&message.to_string())
     }
 
     /// A request; the whole JSON-RPC response.

@@ -259,8 +259,13 @@ fn rows_written_before_the_log_are_adopted_in_order(kind: Kind) {
         .into_iter()
         .map(|l| l.checkout_id)
         .collect();
-    // Back to the schema before the log, as an older CajaGuard left it.
-    let downgrade = "DROP INDEX audit_log_index;
+    // Back to the schema before the log, as an older CajaGuard left it (so also before the
+    // agents of schema 5 / migration 5).
+    let downgrade = "ALTER TABLE ledger DROP COLUMN agent;
+         ALTER TABLE pending DROP COLUMN agent;
+         ALTER TABLE audit DROP COLUMN agent;
+         DROP TABLE agent_tokens;
+         DROP INDEX audit_log_index;
          ALTER TABLE audit DROP COLUMN log_index;
          ALTER TABLE audit DROP COLUMN log_hashes;
          DROP TABLE audit_log;
@@ -269,7 +274,7 @@ fn rows_written_before_the_log_are_adopted_in_order(kind: Kind) {
     match kind {
         Kind::Sqlite => fx.sql(&format!("{downgrade} PRAGMA user_version = 3;")),
         Kind::Postgres => fx.sql(&format!(
-            "{downgrade} DELETE FROM schema_migrations WHERE version = 4;"
+            "{downgrade} DELETE FROM schema_migrations WHERE version >= 4;"
         )),
     }
     let home = fx.tmp.path().join("home");

@@ -5,7 +5,7 @@
 
 use cajaguard::store::{AuditRecord, Store};
 use cajaguard_core::agent::AgentId;
-use cajaguard_harness::service::{HttpMcp, Served, add_serve, post};
+use cajaguard_harness::service::{HttpMcp, Reply, Served, add_serve, post, send};
 use cajaguard_harness::{World, verdict};
 use serde_json::json;
 
@@ -97,7 +97,7 @@ fn every_token_failure_is_a_401_that_reaches_nothing() {
         "a refused request reached the shop"
     );
     // The metadata the challenge points to is served.
-    let metadata = cajaguard_harness::service::send(
+    let metadata = send(
         "GET",
         &served
             .url
@@ -195,6 +195,10 @@ fn each_agent_spends_under_its_own_caps_and_identity() {
         "cajaguard_approvals_waiting 0",
         "cajaguard_frozen 0",
         "cajaguard_store_up 1",
+        // alice is named in serve.agents; bob only has a token, so he is `other`.
+        r#"cajaguard_agent_decisions_total{agent="alice",verdict="allow"} 1"#,
+        r#"cajaguard_agent_decisions_total{agent="alice",verdict="denied"} 2"#,
+        r#"cajaguard_agent_decisions_total{agent="other",verdict="allow"} 1"#,
     ] {
         assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
     }
@@ -202,7 +206,7 @@ fn each_agent_spends_under_its_own_caps_and_identity() {
         text.contains("cajaguard_store_gate_seconds_count 4"),
         "{text}"
     );
-    for private in ["alice", "bob", &first, "demo-outfitters"] {
+    for private in ["bob", &first, "demo-outfitters"] {
         assert!(!text.contains(private), "{private} is in the metrics");
     }
 
@@ -215,6 +219,123 @@ fn each_agent_spends_under_its_own_caps_and_identity() {
         "{}",
         String::from_utf8_lossy(&verify.stderr)
     );
+}
+
+/// Regression (found by the Python SDK's streamable HTTP client in tests/clients): the refusals
+/// before the message (403, 401, 404, 405) were `text/plain`, and the SDK shows any non-JSON
+/// error body as "Server returned an error response", so the agent's operator never learned
+/// why. Each is now a JSON-RPC error (`id: null`) in `application/json`, its message intact.
+#[test]
+fn every_refusal_is_a_json_rpc_error_a_client_can_show() {
+    let (world, served) = two_agents();
+    let auth = format!("Bearer {ALICE}");
+    let body = create_body();
+    let cases: Vec<(&str, Reply, u16, &str)> = vec![
+        (
+            "foreign origin",
+            post(
+                &served.url,
+                &[("authorization", &auth), ("origin", "http://evil.example")],
+                &body,
+            ),
+            403,
+            "serve.allowed_origins",
+        ),
+        (
+            "no token",
+            post(&served.url, &[], &body),
+            401,
+            "cajaguard agent add",
+        ),
+        (
+            "unknown token",
+            post(
+                &served.url,
+                &[("authorization", "Bearer cg_agent_nobody_0000000000000000")],
+                &body,
+            ),
+            401,
+            "cajaguard agent add",
+        ),
+        (
+            "unknown session",
+            post(
+                &served.url,
+                &[
+                    ("authorization", &auth),
+                    ("mcp-session-id", "0123456789abcdef0123456789abcdef"),
+                    ("mcp-protocol-version", "2025-11-25"),
+                ],
+                &body,
+            ),
+            404,
+            "initialize again",
+        ),
+        (
+            "DELETE of an unknown session",
+            send(
+                "DELETE",
+                &served.url,
+                &[
+                    ("authorization", &auth),
+                    ("mcp-session-id", "0123456789abcdef0123456789abcdef"),
+                ],
+                None,
+            ),
+            404,
+            "no such session",
+        ),
+        (
+            "GET (no event stream)",
+            send(
+                "GET",
+                &served.url,
+                &[("authorization", &auth), ("accept", "text/event-stream")],
+                None,
+            ),
+            405,
+            "this gate opens no event stream",
+        ),
+    ];
+    for (what, reply, status, hint) in &cases {
+        assert_eq!(reply.status, *status, "{what}: {reply:?}");
+        assert_eq!(
+            reply.header("content-type"),
+            Some("application/json"),
+            "{what}: {reply:?}"
+        );
+        let answer = reply.json();
+        assert_eq!(answer["jsonrpc"], "2.0", "{what}: {answer}");
+        assert_eq!(answer["id"], serde_json::Value::Null, "{what}: {answer}");
+        assert_eq!(answer["error"]["code"], -32600, "{what}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(hint), "{what}: {message}");
+        assert!(!reply.body.contains("cg_agent"), "{what}: {}", reply.body);
+    }
+    // The 401s still carry the challenge a client's OAuth support reads.
+    for (what, reply, status, _) in &cases {
+        if *status == 401 {
+            assert!(
+                reply
+                    .header("www-authenticate")
+                    .is_some_and(|c| c.starts_with("Bearer resource_metadata=")),
+                "{what}: {reply:?}"
+            );
+        }
+    }
+    assert_eq!(reply_allow(&cases), Some("POST, DELETE".to_owned()));
+    assert_eq!(
+        world.shop_calls().len(),
+        0,
+        "a refused request reached the shop"
+    );
+}
+
+fn reply_allow(cases: &[(&str, Reply, u16, &str)]) -> Option<String> {
+    cases
+        .iter()
+        .find(|(_, _, status, _)| *status == 405)
+        .and_then(|(_, reply, _, _)| reply.header("allow").map(str::to_owned))
 }
 
 mod oauth {
@@ -359,4 +480,76 @@ mod oauth {
             "a refused token reached the shop"
         );
     }
+}
+
+#[test]
+fn ids_and_protocol_versions_that_cannot_be_answered_are_refused() {
+    let (world, served) = two_agents();
+    let auth = format!("Bearer {ALICE}");
+    let modern_meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    for id in [json!({"a": 1}), json!([1]), json!(1.5), json!(true)] {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {"_meta": modern_meta}});
+        let reply = post(&served.url, &[("authorization", &auth)], &body.to_string());
+        assert_eq!(reply.status, 400, "id {id}: {reply:?}");
+    }
+    let body = json!({"jsonrpc": "2.0", "id": "s-1", "method": "tools/list", "params": {"_meta": modern_meta}});
+    let reply = post(
+        &served.url,
+        &[
+            ("authorization", &auth),
+            ("mcp-protocol-version", "2024-01-01"),
+        ],
+        &body.to_string(),
+    );
+    assert_eq!(reply.status, 400, "{reply:?}");
+    // A string id is answered under the same id.
+    let reply = post(&served.url, &[("authorization", &auth)], &body.to_string());
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.json()["id"], "s-1");
+    assert_eq!(world.shop_calls().len(), 0);
+}
+
+/// Red-team finding: a line break is JSON whitespace, so an HTTP body may hold many; forwarded
+/// as written to a stdio shop, the rest of a line would be a message of its own — a
+/// `complete_checkout` past the gate. Every break becomes a space before anything is read.
+#[test]
+fn a_line_break_in_a_body_never_smuggles_a_message_to_the_shop() {
+    let (world, served) = two_agents();
+    let mut alice = HttpMcp::connect(&served.url, ALICE);
+    let checkout = alice.create_checkout("trail-socks", 1);
+    let smuggled = json!({"jsonrpc": "2.0", "id": 987654, "method": "tools/call", "params": {
+        "name": "complete_checkout",
+        "arguments": cajaguard_harness::complete_args(&checkout, cajaguard_harness::test_instrument(), "k-smuggled", json!({}))
+    }});
+    for brk in ["\n", "\r", "\r\n"] {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{{"name":"get_checkout","arguments":{{"meta":{{"ucp-agent":{{"profile":"{}"}}}},"id":"{checkout}","x":[{brk}{smuggled}{brk}]}}}}}}"#,
+            cajaguard_harness::AGENT
+        );
+        let reply = alice.post_message_raw(&body);
+        assert_eq!(reply.status, 200, "{reply:?}");
+        assert_eq!(reply.json()["id"], 42, "{}", reply.body);
+    }
+    assert_eq!(
+        world.completes_reaching_shop(&checkout),
+        0,
+        "a complete_checkout reached the shop past the gate"
+    );
+    // The shop link is fine: the checkout still pays through the gate.
+    assert_eq!(verdict(&alice.pay(&checkout)).0, "allow");
+    assert_eq!(world.completes_reaching_shop(&checkout), 1);
+}
+
+#[test]
+fn a_response_from_the_client_is_taken_without_waiting() {
+    let (_world, served) = two_agents();
+    let alice = HttpMcp::connect(&served.url, ALICE);
+    let reply = alice.post_message(&json!({"jsonrpc": "2.0", "id": "x".repeat(200), "result": {}}));
+    assert_eq!(reply.status, 202, "{reply:?}");
+    let long = alice
+        .post_message(&json!({"jsonrpc": "2.0", "id": "x".repeat(300), "method": "tools/list"}));
+    assert_eq!(long.status, 400, "{long:?}");
 }

@@ -24,6 +24,7 @@ use cajaguard::store::{
     ApprovalStatus, AuditEvent, AuditRecord, Conflict, DB_FILE, FiledApproval, FrozenBy,
     ReleasedBy, Store, StoreError, WindowSpend,
 };
+use cajaguard_core::agent::AgentId;
 use cajaguard_core::approval::{
     self, ApprovalDocument, ApprovalTerms, BasketDigest, Decision, RequestId, SigningKey,
     TrustedKeys,
@@ -164,6 +165,24 @@ fn gate_id(
     now: OffsetDateTime,
     outcome: Outcome,
 ) -> Result<(LedgerView, Vec<ApprovalCandidate>), StoreError> {
+    gate_as(
+        store, None, digest, checkout, key, currency, total, now, outcome,
+    )
+}
+
+/// [`gate_id`] for a payment by `agent` (the service, SPEC §13).
+#[allow(clippy::too_many_arguments)]
+fn gate_as(
+    store: &Store,
+    agent: Option<&AgentId>,
+    digest: &BasketDigest,
+    checkout: &str,
+    key: &str,
+    currency: &str,
+    total: i64,
+    now: OffsetDateTime,
+    outcome: Outcome,
+) -> Result<(LedgerView, Vec<ApprovalCandidate>), StoreError> {
     let mut seen = None;
     let mut outcome = Some(outcome);
     let mut calls = 0;
@@ -176,7 +195,7 @@ fn gate_id(
         &request(checkout, key),
         &quote(checkout, currency, total),
         digest,
-        None,
+        agent,
         DAY,
         now,
         true,
@@ -1217,7 +1236,7 @@ fn postgres_concurrent_starters_migrate_once() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2, 3, 4]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5]);
     for (n, store) in stores.iter().enumerate() {
         gate_with(
             store,
@@ -1560,6 +1579,343 @@ fn a_reconciliation_release_stays_revisited_after_later_attempts(fx: &Fixture) {
     assert_eq!(revisit[0].idempotency_key, "k2");
 }
 
+// ---- agents of the service (SPEC §13) ----
+
+fn agent(name: &str) -> AgentId {
+    AgentId::parse(name).unwrap()
+}
+
+/// A USD payment of `total` by `agent` that `decide` lets through: what `decide` saw.
+fn reserve_as(
+    store: &Store,
+    agent: Option<&AgentId>,
+    checkout: &str,
+    key: &str,
+    total: i64,
+) -> LedgerView {
+    gate_as(
+        store,
+        agent,
+        &d(1),
+        checkout,
+        key,
+        "USD",
+        total,
+        NOW,
+        forward("USD", total, None),
+    )
+    .unwrap()
+    .0
+}
+
+fn agent_spend(store: &Store, agent: &AgentId) -> std::collections::BTreeMap<String, WindowSpend> {
+    store.agent_window_spend(agent, DAY, NOW).unwrap()
+}
+
+fn two_agents_reserve_settle_and_release_in_their_own_accounts(fx: &Fixture) {
+    let store = &fx.store;
+    let (a, b) = (agent("ci-bot"), agent("shopper"));
+    reserve_as(store, Some(&a), "c1", "k1", 2400);
+    reserve_as(store, Some(&b), "c2", "k1", 1000);
+    reserve_as(store, None, "c3", "k1", 500);
+
+    // The global window counts every payment; each agent's account only its own.
+    assert_eq!(spend(store, NOW, "USD"), spent(0, 3900));
+    assert_eq!(
+        agent_spend(store, &a),
+        [("USD".to_owned(), spent(0, 2400))].into()
+    );
+    assert_eq!(
+        agent_spend(store, &b),
+        [("USD".to_owned(), spent(0, 1000))].into()
+    );
+    assert!(agent_spend(store, &agent("nobody")).is_empty());
+    assert!(
+        agent_spend(store, &agent("ci")).is_empty(),
+        "a prefix of a name is another agent"
+    );
+    // `window_spend` holds currencies only, never an agent's account.
+    let global = store.window_spend(DAY, NOW).unwrap();
+    assert_eq!(global.keys().collect::<Vec<_>>(), ["USD"]);
+
+    // What the gate reads for each payer.
+    let seen = reserve_as(store, Some(&a), "c4", "k1", 100);
+    assert_eq!((seen.window_spent, seen.agent_window_spent), (3900, 2400));
+    let seen = reserve_as(store, Some(&b), "c5", "k1", 100);
+    assert_eq!((seen.window_spent, seen.agent_window_spent), (4000, 1000));
+    let seen = reserve_as(store, None, "c6", "k1", 100);
+    assert_eq!((seen.window_spent, seen.agent_window_spent), (4100, 0));
+
+    // Settling moves both accounts: completed counts, released frees.
+    settle(store, "c1", "k1", &completed(2400));
+    settle(store, "c2", "k1", &Settlement::Released);
+    assert_eq!(spend(store, NOW, "USD"), spent(2400, 500 + 300));
+    assert_eq!(
+        agent_spend(store, &a),
+        [("USD".to_owned(), spent(2400, 100))].into()
+    );
+    assert_eq!(
+        agent_spend(store, &b),
+        [("USD".to_owned(), spent(0, 100))].into()
+    );
+    // Charged more than quoted: the agent's account counts the charge too.
+    settle(store, "c4", "k1", &completed(300));
+    assert_eq!(
+        agent_spend(store, &a),
+        [("USD".to_owned(), spent(2700, 0))].into()
+    );
+
+    // The bucket rows say the same: one account per agent and currency.
+    let mut raw = fx.raw();
+    assert_eq!(
+        raw.one(
+            "SELECT CAST(SUM(settled + in_flight) AS BIGINT) FROM spend_buckets WHERE currency = 'USD/ci-bot'"
+        ),
+        2700
+    );
+    assert_eq!(
+        raw.one("SELECT CAST(COUNT(*) AS BIGINT) FROM ledger WHERE agent = 'shopper'"),
+        2
+    );
+}
+
+fn an_agents_window_excludes_the_checkouts_own_row(fx: &Fixture) {
+    let store = &fx.store;
+    let (a, b) = (agent("ci-bot"), agent("shopper"));
+    reserve_as(store, Some(&a), "c1", "k1", 2400);
+    reserve_as(store, Some(&a), "c2", "k1", 1000);
+    reserve_as(store, Some(&b), "c3", "k1", 500);
+    // What the gate reads, refusing (nothing written): global and `payer`'s own window spend.
+    let seen = |payer: &AgentId, checkout: &str, key: &str| {
+        let (view, _) = gate_as(
+            store,
+            Some(payer),
+            &d(1),
+            checkout,
+            key,
+            "USD",
+            100,
+            NOW,
+            refuse(None),
+        )
+        .unwrap();
+        (view.window_spent, view.agent_window_spent)
+    };
+    // A retry of c1 (in flight): its own reservation is left out of both sums.
+    assert_eq!(seen(&a, "c1", "k1"), (1500, 1000));
+    // c2 settled: a new attempt leaves its charge out of both.
+    settle(store, "c2", "k1", &completed(1000));
+    assert_eq!(seen(&a, "c2", "k2"), (2900, 2400));
+    // c3 is b's: it leaves the global sum, and a's own sum never held it.
+    assert_eq!(seen(&a, "c3", "k1"), (3400, 3400));
+    assert_eq!(seen(&b, "c3", "k1"), (3400, 0));
+    // Released by the shop, then paid by a: the spend moves to a's account.
+    settle(store, "c3", "k1", &Settlement::Released);
+    reserve_as(store, Some(&a), "c3", "k2", 500);
+    assert_eq!(
+        agent_spend(store, &b),
+        [("USD".to_owned(), spent(0, 0))].into()
+    );
+    assert_eq!(
+        agent_spend(store, &a),
+        [("USD".to_owned(), spent(1000, 2900))].into()
+    );
+}
+
+fn a_pending_request_keeps_its_agent(fx: &Fixture) {
+    let store = &fx.store;
+    let a = agent("ci-bot");
+    let digest = d(7);
+    let id = digest.request_id();
+    let p = PendingRequest {
+        agent: Some(a.clone()),
+        ..pending_request(&id, digest, 8900)
+    };
+    gate_as(
+        store,
+        Some(&a),
+        &digest,
+        "gid://fixture/Checkout/7",
+        "k1",
+        "USD",
+        8900,
+        NOW,
+        refuse(Some(p.clone())),
+    )
+    .unwrap();
+    let rows = store.pending().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].request.agent, Some(a.clone()));
+    assert_eq!(rows[0].request, p);
+    assert_eq!(
+        store.pending_request(&id).unwrap().unwrap().request.agent,
+        Some(a)
+    );
+}
+
+fn the_audit_log_keeps_the_agent_and_verifies(fx: &Fixture) {
+    let store = &fx.store;
+    let a = agent("ci-bot");
+    reserve_as(store, Some(&a), "c1", "k1", 2400);
+    reserve_as(store, None, "c2", "k1", 100);
+    store
+        .add_agent(
+            &agent("shopper"),
+            "cg_agent_secret-token-text",
+            NOW,
+            &AuditRecord::new(NOW, "agent add"),
+        )
+        .unwrap();
+    store
+        .remove_agent(&agent("shopper"), &AuditRecord::new(NOW, "agent remove"))
+        .unwrap();
+    let leaves = store.log_records(0, 100).unwrap();
+    let by_checkout = |c: &str| {
+        leaves
+            .iter()
+            .find(|l| l.checkout_id.as_deref() == Some(c))
+            .unwrap()
+    };
+    assert_eq!(by_checkout("c1").agent.as_deref(), Some("ci-bot"));
+    assert_eq!(by_checkout("c2").agent, None);
+    let changes: Vec<(&str, &str, Option<&str>)> = leaves
+        .iter()
+        .filter(|l| l.tool.starts_with("agent "))
+        .map(|l| (l.tool.as_str(), l.reason.as_str(), l.agent.as_deref()))
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            ("agent add", "agent_added", Some("shopper")),
+            ("agent remove", "agent_removed", Some("shopper")),
+        ]
+    );
+    for leaf in &leaves {
+        assert!(
+            !format!("{leaf:?}").contains("secret-token-text"),
+            "no token in the log"
+        );
+    }
+    // A leaf without an agent has no `agent` key in its bytes (old hashes stand).
+    let bytes = String::from_utf8(by_checkout("c2").canonical_bytes()).unwrap();
+    assert!(!bytes.contains("agent"), "{bytes}");
+    let summary = store
+        .verify_log(&TrustedKeys(Vec::new()), None, Vec::new())
+        .unwrap();
+    assert!(summary.is_ok(), "{summary:?}");
+}
+
+fn agent_tokens_are_added_listed_resolved_and_removed(fx: &Fixture) {
+    let store = &fx.store;
+    let (a, b) = (agent("ci-bot"), agent("shopper"));
+    let (t1, t2) = (
+        "cg_agent_tOkEn0ne-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "cg_agent_tOkEnTw0-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+    );
+    let add = |name: &AgentId, token: &str| {
+        store
+            .add_agent(name, token, NOW, &AuditRecord::new(NOW, "agent add"))
+            .unwrap()
+    };
+    let remove = |name: &AgentId| {
+        store
+            .remove_agent(name, &AuditRecord::new(NOW, "agent remove"))
+            .unwrap()
+    };
+    assert!(store.agents().unwrap().is_empty());
+    assert!(add(&b, t2));
+    assert!(add(&a, t1));
+    assert!(
+        !add(&a, "cg_agent_another"),
+        "a second add of a name is refused"
+    );
+    let names: Vec<String> = store
+        .agents()
+        .unwrap()
+        .iter()
+        .map(|r| r.name.to_string())
+        .collect();
+    assert_eq!(names, ["ci-bot", "shopper"], "by name");
+    assert_eq!(store.agents().unwrap()[0].created_at, NOW);
+    assert_eq!(store.agent_by_token(t1).unwrap(), Some(a.clone()));
+    assert_eq!(store.agent_by_token(t2).unwrap(), Some(b.clone()));
+    assert_eq!(store.agent_by_token("cg_agent_another").unwrap(), None);
+    assert_eq!(store.agent_by_token("").unwrap(), None);
+    assert_eq!(store.agent_by_token(&t1[..t1.len() - 1]).unwrap(), None);
+
+    // Only the SHA-256 is kept: the token's text is nowhere in the database.
+    let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(t1.as_bytes()));
+    match fx.raw() {
+        Raw::Sqlite(conn) => {
+            let stored: String = conn
+                .query_row(
+                    "SELECT token_sha256 FROM agent_tokens WHERE name = 'ci-bot'",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(stored, hash);
+            drop(conn);
+            for file in fs::read_dir(&fx.home).unwrap() {
+                let path = file.unwrap().path();
+                if path.is_file() {
+                    let bytes = fs::read(&path).unwrap();
+                    for token in [t1, t2] {
+                        assert!(
+                            !bytes.windows(token.len()).any(|w| w == token.as_bytes()),
+                            "{} holds a token",
+                            path.display()
+                        );
+                    }
+                }
+            }
+        }
+        Raw::Postgres(mut client) => {
+            let row = client
+                .query_one(
+                    "SELECT token_sha256 FROM agent_tokens WHERE name = 'ci-bot'",
+                    &[],
+                )
+                .unwrap();
+            assert_eq!(row.get::<_, String>(0), hash);
+            // Every text column of every table in the store's schema.
+            let columns = client
+                .query(
+                    "SELECT table_name::text, column_name::text FROM information_schema.columns
+                     WHERE table_schema = current_schema() AND data_type IN ('text', 'character varying')",
+                    &[],
+                )
+                .unwrap();
+            assert!(!columns.is_empty());
+            for c in columns {
+                let (table, column): (String, String) = (c.get(0), c.get(1));
+                for token in [t1, t2] {
+                    let n: i64 = client
+                        .query_one(
+                            &format!("SELECT COUNT(*) FROM \"{table}\" WHERE strpos(\"{column}\", $1) > 0"),
+                            &[&token],
+                        )
+                        .unwrap()
+                        .get(0);
+                    assert_eq!(n, 0, "{table}.{column} holds a token");
+                }
+            }
+        }
+    }
+
+    // A removed token no longer resolves; the name can be given a new one.
+    assert!(remove(&a));
+    assert!(!remove(&a), "removing twice finds nothing");
+    assert_eq!(store.agent_by_token(t1).unwrap(), None);
+    assert_eq!(store.agent_by_token(t2).unwrap(), Some(b.clone()));
+    assert_eq!(store.agents().unwrap().len(), 1);
+    assert!(add(&a, "cg_agent_fresh"));
+    assert_eq!(store.agent_by_token("cg_agent_fresh").unwrap(), Some(a));
+    assert_eq!(store.agent_by_token(t1).unwrap(), None);
+    // Another store on the same data (another process or host) sees the same agents.
+    assert_eq!(fx.reopen().agent_by_token(t2).unwrap(), Some(b));
+}
+
 /// Runs `test` on a fresh store of `kind` (PostgreSQL: skipped with a notice without a server).
 fn run(kind: Kind, test: fn(&Fixture)) {
     if let Some(fx) = Fixture::open(kind) {
@@ -1602,6 +1958,11 @@ both!(
     a_charge_in_another_currency_counts_there,
     a_refusal_of_an_attempt_retried_since_releases_nothing,
     a_reconciliation_release_stays_revisited_after_later_attempts,
+    two_agents_reserve_settle_and_release_in_their_own_accounts,
+    an_agents_window_excludes_the_checkouts_own_row,
+    a_pending_request_keeps_its_agent,
+    the_audit_log_keeps_the_agent_and_verifies,
+    agent_tokens_are_added_listed_resolved_and_removed,
     #[ignore = "slow (seeds a million rows); run with --ignored"]
     the_window_reads_only_buckets_at_1m_rows,
 );

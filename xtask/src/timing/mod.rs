@@ -1,13 +1,15 @@
 //! Every cost beside its physical floor, measured in the same run: the pure decision
 //! (`cajaguard_core` called directly), the durable gate (`Store::gate` on a real home on the
-//! report's disk, at 10^3 and 10^6 ledger rows), MCP round trips with and without the proxy, cold
-//! start; and the floors: one fsync on the home's disk, one Ed25519 verify, one pipe round trip,
-//! one process spawn.
+//! report's disk, at 10^3 and 10^6 ledger rows), the shared store's gate (`Store::gate` on
+//! PostgreSQL, at 10^3 and 10^6 ledger rows), MCP round trips with and without the proxy, cold
+//! start; and the floors: one fsync on the home's disk, one PostgreSQL commit round trip, one
+//! Ed25519 verify, one pipe round trip, one process spawn.
 
 mod audit;
 mod core;
 mod floors;
 mod mcp;
+mod postgres;
 mod service;
 mod store;
 
@@ -99,6 +101,8 @@ impl Row {
 pub struct Timing {
     pub floors: Vec<Row>,
     pub rows: Vec<Row>,
+    /// Rows this run left out, and why.
+    pub left_out: Vec<String>,
 }
 
 impl Timing {
@@ -166,6 +170,7 @@ pub fn run(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> Result<Timi
     let mut t = Timing {
         floors: Vec::new(),
         rows: Vec::new(),
+        left_out: Vec::new(),
     };
     let homes = tempfile::Builder::new()
         .prefix("timing-")
@@ -196,6 +201,12 @@ pub fn run(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> Result<Timi
 
     progress("seeding the ledgers; fsync floor and Store::gate, interleaved");
     crate::scenarios::caught(|| store::store_rows(&mut t, homes.path(), sizes, progress))?;
+
+    progress("PostgreSQL: commit floor and Store::gate at 10^3 and big ledgers, interleaved");
+    let left_out = crate::scenarios::caught(|| {
+        postgres::postgres_rows(&mut t, homes.path(), sizes, progress)
+    })?;
+    t.left_out.extend(left_out);
 
     crate::scenarios::caught(|| audit::audit_rows(&mut t, homes.path(), sizes, progress))?;
 

@@ -57,7 +57,7 @@ pub fn run(command: &Command) -> Outcome {
 
 /// A bad name is a usage error (2), with the rule.
 fn parse_name(name: &str) -> Result<AgentId, Failure> {
-    AgentId::parse(name).map_err(|e| {
+    let id = AgentId::parse(name).map_err(|e| {
         Failure::usage(
             format!(
                 "{:?} is {e}",
@@ -65,7 +65,14 @@ fn parse_name(name: &str) -> Result<AgentId, Failure> {
             ),
             "name the agent like `ci-bot` or `shopper@example.com`",
         )
-    })
+    })?;
+    if id.is_oauth() {
+        return Err(Failure::usage(
+            format!("{name:?} starts with `oauth:`, the namespace of OAuth subjects"),
+            "name token agents without the `oauth:` prefix (an OAuth agent needs no token)",
+        ));
+    }
+    Ok(id)
 }
 
 /// A new token: `cg_agent_` and 32 random bytes, base64url without padding (43 characters).

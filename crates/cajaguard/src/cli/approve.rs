@@ -228,6 +228,9 @@ fn show(pending: &PendingRow, quote: &Quote, decision: Decision) {
         },
         request.request_id
     );
+    if let Some(agent) = &request.agent {
+        eprintln!("  agent:     {}", display::terminal(agent.as_str()));
+    }
     eprintln!("  merchant:  {}", display::terminal(&request.merchant));
     eprintln!("  checkout:  {}", display::terminal(&request.checkout_id));
     eprintln!("  amount:    {}", amount(quote.total));

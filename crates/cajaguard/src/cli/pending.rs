@@ -179,6 +179,9 @@ fn show_one(args: &IdArgs) -> Outcome {
 
     println!("request:   {}", request.request_id);
     println!("state:     {} ({})", state.word(), state.meaning());
+    if let Some(agent) = &request.agent {
+        println!("agent:     {}", display::terminal(agent.as_str()));
+    }
     println!("merchant:  {}", display::terminal(&request.merchant));
     println!("checkout:  {}", display::terminal(&request.checkout_id));
     println!("amount:    {}", amount(&row));

@@ -62,6 +62,28 @@ pub fn run(args: &Args) -> Outcome {
             "check that the downstream is a working MCP server (try running it by hand)",
         )
     })?;
+    // The approval page beside the endpoint (SPEC §6), when configured: the humans approve on
+    // it while the agents, which cannot reach this user's home, pay through /mcp.
+    if policy.approvals.web.is_some() {
+        let (app, listeners) =
+            super::web::prepare((*policy).clone(), base.store().clone(), clock.clone())?;
+        eprintln!(
+            "cajaguard serve: the approval page is at {}/",
+            app.web().origin()
+        );
+        let page = std::thread::Builder::new()
+            .name("approval-page".into())
+            .spawn(move || {
+                if let Err(e) = crate::web::serve(app, listeners) {
+                    tracing::error!(error = %e, "the approval page stopped");
+                }
+            });
+        if page.is_err() {
+            return Err(Failure::unexpected(
+                "cannot start the approval page's thread",
+            ));
+        }
+    }
     let service = Service::new(base.clone(), policy.clone(), jwt, clock)
         .map_err(|e| Failure::usage(e, "add a serve object (SPEC §13)"))?;
     // A request waits for its answer as long as the proxy may take: a read-back and the

@@ -18,22 +18,33 @@ pub fn run(args: &Args) -> Outcome {
     let policy = super::load_policy(&args.config)?;
     let store = Arc::new(super::open_store(&policy)?);
     super::log_config_loaded(&store, &policy, "cajaguard web")?;
-    let app = WebApp::new(
-        policy,
-        store,
-        WebApp::shop_reread(),
-        Box::new(time::OffsetDateTime::now_utc),
-    )
-    .map_err(|e| Failure::usage(e, "configure approvals.web (SPEC §6)"))?;
-    let listen = app.web().listen;
-    let listeners = bind_both_loopbacks(listen)?;
+    let clock = super::decision_clock(&store)?;
+    let (app, listeners) = prepare(policy, store, clock)?;
     eprintln!(
         "the approval page is at {}/ (Ctrl-C stops it)",
         app.web().origin()
     );
-    web::serve(Arc::new(app), listeners)
+    web::serve(app, listeners)
         .map_err(|e| Failure::unexpected(format!("the approval page stopped: {e}")))?;
     Ok(Exit::Done)
+}
+
+/// The page over `store`, holding its port on both loopbacks (for `web`, and for `serve`, which
+/// serves it beside `/mcp` when `approvals.web` is configured).
+pub(super) fn prepare(
+    policy: cajaguard_core::policy::Policy,
+    store: Arc<crate::store::Store>,
+    clock: crate::proxy::Clock,
+) -> Result<(Arc<WebApp>, Vec<TcpListener>), Failure> {
+    let app = WebApp::new(
+        policy,
+        store,
+        WebApp::shop_reread(),
+        Box::new(move || clock()),
+    )
+    .map_err(|e| Failure::usage(e, "configure approvals.web (SPEC §6)"))?;
+    let listeners = bind_both_loopbacks(app.web().listen)?;
+    Ok((Arc::new(app), listeners))
 }
 
 /// The page on `listen` and on the same port of the other loopback family. The origin is

@@ -145,6 +145,18 @@ impl Proxy {
         })
     }
 
+    /// The agent as the metrics see it: its id, and whether the config names it (only those
+    /// become label values).
+    fn metered_agent(&self) -> Option<(&AgentId, bool)> {
+        let agent = self.agent.as_ref()?;
+        let named = self
+            .policy
+            .serve
+            .as_ref()
+            .is_some_and(|serve| serve.agents.contains_key(agent));
+        Some((agent, named))
+    }
+
     /// The agent this session is, if any.
     pub fn agent(&self) -> Option<&AgentId> {
         self.agent.as_ref()
@@ -198,6 +210,15 @@ impl Proxy {
     }
 
     fn dispatch(self: &Arc<Proxy>, line: String) {
+        // A line break is JSON whitespace between tokens, but to a stdio shop it ends a message:
+        // one left in `params` would make the rest of the line a request of its own, forwarded
+        // past the gate. So none ever gets that far (a `\r` inside a stdio line included; an
+        // HTTP body may hold any number). Spaces change no JSON value.
+        let line = if line.contains(['\n', '\r']) {
+            jsonrpc::one_line(&line)
+        } else {
+            line
+        };
         let trimmed = line.trim_start();
         if trimmed.is_empty() {
             return;
@@ -425,8 +446,11 @@ impl Proxy {
         }
     }
 
+    /// A record for `tool` now, of this session's agent (through the service).
     fn audit_record(&self, tool: &str) -> AuditRecord {
-        AuditRecord::new((self.clock)(), tool)
+        let mut record = AuditRecord::new((self.clock)(), tool);
+        record.agent = self.agent.as_ref().map(|a| a.as_str().to_owned());
+        record
     }
 
     fn audit_refusal(&self, tool: &str, ruling: &Ruling) {

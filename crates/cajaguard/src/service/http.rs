@@ -3,12 +3,17 @@
 //! fails: `Origin` (403), the bearer token (401), the session (404), then the message, which runs
 //! on the blocking pool (the proxy and the store are synchronous; no transaction sits in a
 //! future).
+//!
+//! Every refusal on `/mcp` is `application/json`: a JSON-RPC error with `id: null` (the body was
+//! not read) whose message says what to do. Streamable HTTP lets the body of an HTTP error carry
+//! one, and clients surface it: the Python SDK shows only "Server returned an error response"
+//! for any other body, so an agent's operator never saw why the gate refused.
 
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
@@ -22,6 +27,8 @@ use cajaguard_wire::jsonrpc;
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+/// The longest request id kept while its answer is awaited.
+const MAX_ID_BYTES: usize = 256;
 
 /// Serves until SIGINT or SIGTERM, then stops taking requests and finishes those in flight
 /// (a payment under way settles before the process ends).
@@ -93,6 +100,11 @@ fn text(status: StatusCode, message: &str) -> Response {
     response
 }
 
+/// A refusal on `/mcp` at this HTTP status: a JSON-RPC error (`id: null`) saying why.
+fn refusal(status: StatusCode, code: i64, message: &str) -> Response {
+    json(status, jsonrpc::error(None, code, message))
+}
+
 fn json(status: StatusCode, body: String) -> Response {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
@@ -160,8 +172,9 @@ fn unauthorized(service: &Service, headers: &HeaderMap, why: &Unauthenticated) -
     if let Unauthenticated::Invalid(reason) = why {
         tracing::info!(reason = %reason, "a request with an invalid token was refused");
     }
-    let mut response = text(
+    let mut response = refusal(
         StatusCode::UNAUTHORIZED,
+        jsonrpc::INVALID_REQUEST,
         "a valid bearer token is needed: `cajaguard agent add <name>` makes one, or use the team's OAuth issuer",
     );
     if let Ok(value) = HeaderValue::from_str(&challenge) {
@@ -172,16 +185,16 @@ fn unauthorized(service: &Service, headers: &HeaderMap, why: &Unauthenticated) -
     response
 }
 
-async fn mcp(
-    State(state): State<Shared>,
-    method: Method,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn mcp(State(state): State<Shared>, request: axum::extract::Request) -> Response {
+    // The body is read only once the headers passed: an unauthenticated caller costs no more
+    // than its headers.
+    let (parts, body) = request.into_parts();
+    let (method, headers) = (parts.method, parts.headers);
     let service = state.service.clone();
     if !service.origin_allowed(header_text(&headers, "origin")) {
-        return text(
+        return refusal(
             StatusCode::FORBIDDEN,
+            jsonrpc::INVALID_REQUEST,
             "this Origin may not call the gate: add it to serve.allowed_origins if it should",
         );
     }
@@ -210,13 +223,18 @@ async fn mcp(
                 Some(id) if service.end_session(&id, &agent) => {
                     text(StatusCode::OK, "session ended")
                 }
-                _ => text(StatusCode::NOT_FOUND, "no such session"),
+                _ => refusal(
+                    StatusCode::NOT_FOUND,
+                    jsonrpc::INVALID_REQUEST,
+                    "no such session",
+                ),
             };
         }
         // No server-initiated stream: Streamable HTTP lets a server answer GET with 405.
         _ => {
-            let mut response = text(
+            let mut response = refusal(
                 StatusCode::METHOD_NOT_ALLOWED,
+                jsonrpc::INVALID_REQUEST,
                 "POST one JSON-RPC message to /mcp; this gate opens no event stream",
             );
             response
@@ -224,6 +242,30 @@ async fn mcp(
                 .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
             return response;
         }
+    }
+    let Some(admitted) = service.admit(&agent) else {
+        return refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            jsonrpc::OVERLOADED,
+            "too many of this agent's requests are in flight; wait for some to finish",
+        );
+    };
+    let Ok(body) = axum::body::to_bytes(body, MAX_AGENT_MESSAGE_BYTES).await else {
+        return refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            jsonrpc::INVALID_REQUEST,
+            "a message over 1 MiB (or a body cut short) is refused by CajaGuard",
+        );
+    };
+    if let Some(version) = header_text(&headers, VERSION_HEADER)
+        && version != MODERN_VERSION
+        && !cajaguard_wire::era::LEGACY_VERSIONS.contains(&version)
+    {
+        return refusal(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::INVALID_REQUEST,
+            "unsupported MCP-Protocol-Version: this gate speaks 2025-06-18, 2025-11-25 and 2026-07-28",
+        );
     }
     let Ok(message) = String::from_utf8(body.to_vec()) else {
         return json(
@@ -259,7 +301,40 @@ async fn mcp(
             ),
         );
     };
-    let id = peek.id.map(|id| id.get().to_owned());
+    // A request id is a string or an integer (JSON-RPC; MCP forbids null): anything else could
+    // never be matched to its answer.
+    if let Some(raw) = peek.id
+        && !matches!(
+            serde_json::from_str::<serde_json::Value>(raw.get()),
+            Ok(serde_json::Value::String(_))
+        )
+        && serde_json::from_str::<i64>(raw.get()).is_err()
+    {
+        return json(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::error(
+                None,
+                jsonrpc::INVALID_REQUEST,
+                "a request id must be a string or an integer",
+            ),
+        );
+    }
+    if peek.id.is_some_and(|id| id.get().len() > MAX_ID_BYTES) {
+        return json(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::error(
+                None,
+                jsonrpc::INVALID_REQUEST,
+                "a request id over 256 bytes is refused",
+            ),
+        );
+    }
+    // Only a request (an id and a method) gets an answer; a response from the client (an id, no
+    // method) is taken like a notification.
+    let id = match peek.method {
+        Some(_) => peek.id.map(|id| id.get().to_owned()),
+        None => None,
+    };
     let initialize = peek.method.as_deref() == Some("initialize");
     let modern = header_text(&headers, VERSION_HEADER) == Some(MODERN_VERSION)
         || peek
@@ -279,13 +354,20 @@ async fn mcp(
         }
         (Some(sid), false) => match service.session(sid, &agent) {
             Some(session) => (session, None),
-            None => return text(StatusCode::NOT_FOUND, "no such session: initialize again"),
+            None => {
+                return refusal(
+                    StatusCode::NOT_FOUND,
+                    jsonrpc::INVALID_REQUEST,
+                    "no such session (ended, expired, or another agent's): initialize again",
+                );
+            }
         },
         (None, true) => match service.open_session(&agent) {
             Some((sid, session)) => (session, Some(sid)),
             None => {
-                return text(
+                return refusal(
                     StatusCode::SERVICE_UNAVAILABLE,
+                    jsonrpc::OVERLOADED,
                     "too many sessions; try again later",
                 );
             }
@@ -307,12 +389,13 @@ async fn mcp(
         // A notification or a response: nothing comes back.
         let proxy = session.proxy.clone();
         let _ = tokio::task::spawn_blocking(move || proxy.handle_message(message)).await;
+        drop(admitted);
         return Response::builder()
             .status(StatusCode::ACCEPTED)
             .body(Body::empty())
             .unwrap_or_else(|_| text(StatusCode::ACCEPTED, ""));
     };
-    let Some(answer) = session.waiting.expect(&id) else {
+    let Some(answer) = session.waiting.expect(&id, admitted) else {
         return json(
             StatusCode::BAD_REQUEST,
             jsonrpc::error(
@@ -328,18 +411,20 @@ async fn mcp(
         .is_err()
     {
         session.waiting.forget(&id);
-        return text(
+        return refusal(
             StatusCode::INTERNAL_SERVER_ERROR,
+            jsonrpc::INTERNAL_ERROR,
             "the gate failed on this request",
         );
     }
     let line = match tokio::time::timeout(state.answer_within, answer).await {
         Ok(Ok(line)) => line,
         _ => {
-            session.waiting.forget(&id);
-            // The call may still be at the shop: its payment, if any, settles on its own.
-            return text(
+            // The call may still be at the shop: its payment, if any, settles on its own; its
+            // slot and its id stay taken until its answer comes.
+            return refusal(
                 StatusCode::GATEWAY_TIMEOUT,
+                jsonrpc::SHOP_UNAVAILABLE,
                 "no answer in time; a payment under way settles on its own: ask cajaguard_status",
             );
         }

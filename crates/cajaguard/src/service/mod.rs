@@ -25,8 +25,17 @@ use session::Session;
 pub const MAX_SESSIONS_PER_AGENT: usize = 32;
 /// The most sessions in all: a new one beyond it is refused (503) until others end or expire.
 pub const MAX_SESSIONS: usize = 4096;
+/// The most messages one agent may have in flight at once, over all its sessions: beyond it, 503.
+/// One agent cannot take every thread and connection the others need.
+pub const MAX_IN_FLIGHT_PER_AGENT: usize = 64;
+/// The most messages in flight in all.
+pub const MAX_IN_FLIGHT: usize = 512;
+
 /// A session unused this long is forgotten (the client starts a new one with `initialize`).
 pub const SESSION_IDLE: Duration = Duration::from_secs(3600);
+
+/// What an OAuth subject's agent id starts with (`oauth:<claim>`); `agent add` refuses it.
+pub const OAUTH_PREFIX: &str = cajaguard_core::agent::OAUTH_PREFIX;
 
 /// Checks an OAuth access token at a time (Unix seconds): the agent claim's value, or why not.
 /// Made from `serve.oauth` by the CLI (`service::oauth`), injected so tests choose the clock.
@@ -52,6 +61,33 @@ pub struct Service {
     /// behind a payment's transactions (nor, on PostgreSQL, behind the currency lock another
     /// host holds), and a payment never waits behind a lookup. `None`: the gate's own.
     tokens: Option<crate::store::Store>,
+    /// Messages in flight, per agent and in all (see [`Service::admit`]).
+    in_flight: Arc<Mutex<InFlight>>,
+}
+
+#[derive(Default)]
+struct InFlight {
+    total: usize,
+    by_agent: HashMap<AgentId, usize>,
+}
+
+/// One admitted message; dropping it lets the next in.
+pub struct Admitted {
+    in_flight: Arc<Mutex<InFlight>>,
+    agent: AgentId,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut counts = lock(&self.in_flight);
+        counts.total = counts.total.saturating_sub(1);
+        if let Some(n) = counts.by_agent.get_mut(&self.agent) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.by_agent.remove(&self.agent);
+            }
+        }
+    }
 }
 
 impl Service {
@@ -80,7 +116,14 @@ impl Service {
             clock,
             sessions: Mutex::new(HashMap::new()),
             tokens,
+            in_flight: Arc::default(),
         })
+    }
+
+    /// Lets one more message of `agent` in, unless it has [`MAX_IN_FLIGHT_PER_AGENT`] in flight
+    /// already or the service [`MAX_IN_FLIGHT`].
+    pub fn admit(&self, agent: &AgentId) -> Option<Admitted> {
+        admit(&self.in_flight, agent)
     }
 
     fn serve_policy(&self) -> &ServePolicy {
@@ -124,7 +167,9 @@ impl Service {
             };
             let now = (self.clock)().unix_timestamp();
             let claim = jwt(token, now).map_err(Unauthenticated::Invalid)?;
-            return AgentId::parse(&claim).map_err(|e| {
+            // OAuth subjects live in their own namespace: a token's claim `ci-bot` must never
+            // become the agent `cajaguard agent add ci-bot` made (its caps, window, approvals).
+            return AgentId::parse(&format!("{OAUTH_PREFIX}{claim}")).map_err(|e| {
                 Unauthenticated::Invalid(format!("the token's agent claim is unusable: {e}"))
             });
         }
@@ -217,6 +262,20 @@ impl Service {
     }
 }
 
+fn admit(in_flight: &Arc<Mutex<InFlight>>, agent: &AgentId) -> Option<Admitted> {
+    let mut counts = lock(in_flight);
+    let own = counts.by_agent.get(agent).copied().unwrap_or(0);
+    if own >= MAX_IN_FLIGHT_PER_AGENT || counts.total >= MAX_IN_FLIGHT {
+        return None;
+    }
+    counts.total += 1;
+    counts.by_agent.insert(agent.clone(), own + 1);
+    Some(Admitted {
+        in_flight: in_flight.clone(),
+        agent: agent.clone(),
+    })
+}
+
 /// 128 random bits, hex: unguessable, and visible ASCII as `Mcp-Session-Id` requires.
 fn session_id() -> Option<String> {
     let mut bytes = [0u8; 16];
@@ -233,4 +292,41 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_agent_cannot_take_every_slot_and_slots_come_back() {
+        let in_flight = Arc::new(Mutex::new(InFlight::default()));
+        let greedy = AgentId::parse("greedy").unwrap();
+        let other = AgentId::parse("other").unwrap();
+        let held: Vec<Admitted> = (0..MAX_IN_FLIGHT_PER_AGENT)
+            .map(|_| admit(&in_flight, &greedy).unwrap())
+            .collect();
+        assert!(admit(&in_flight, &greedy).is_none(), "over its own limit");
+        assert!(
+            admit(&in_flight, &other).is_some(),
+            "another agent still gets in"
+        );
+        drop(held);
+        assert!(
+            admit(&in_flight, &greedy).is_some(),
+            "slots come back when answers go"
+        );
+        assert_eq!(lock(&in_flight).total, 0, "every guard gave its slot back");
+    }
+
+    #[test]
+    fn the_service_as_a_whole_is_bounded() {
+        let in_flight = Arc::new(Mutex::new(InFlight::default()));
+        let mut held = Vec::new();
+        for i in 0..MAX_IN_FLIGHT {
+            let agent = AgentId::parse(&format!("a{}", i % 100)).unwrap();
+            held.push(admit(&in_flight, &agent).unwrap());
+        }
+        assert!(admit(&in_flight, &AgentId::parse("late").unwrap()).is_none());
+    }
 }

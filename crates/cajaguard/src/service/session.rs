@@ -16,26 +16,33 @@ use cajaguard_core::agent::AgentId;
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
+use super::Admitted;
 use crate::proxy::Proxy;
 
-/// Requests of one session waiting for their answer, by the id's JSON text.
+/// Requests of one session waiting for their answer, by the id's JSON text, each with its
+/// admission: the slot is the call's until its answer comes, whether or not the client still
+/// waits (a client that hangs up does not stop the call, so it must not free the slot).
 #[derive(Clone, Default)]
-pub(super) struct Waiting(Arc<Mutex<HashMap<String, oneshot::Sender<String>>>>);
+pub(super) struct Waiting(Arc<Mutex<HashMap<String, Waiter>>>);
+
+/// Where a request's answer goes, and the admission it holds until then.
+type Waiter = (oneshot::Sender<String>, Admitted);
 
 impl Waiting {
-    /// Registers `id`; `None` when a request with the same id is still waiting (JSON-RPC ids
-    /// must be unique among a session's requests in flight).
-    pub(super) fn expect(&self, id: &str) -> Option<oneshot::Receiver<String>> {
+    /// Registers `id`; `None` when a request with the same id is still in flight (JSON-RPC ids
+    /// must be unique among a session's requests in flight, and an answer the gate still owes
+    /// must not go to a new request).
+    pub(super) fn expect(&self, id: &str, admitted: Admitted) -> Option<oneshot::Receiver<String>> {
         let mut map = lock(&self.0);
         if map.contains_key(id) {
             return None;
         }
         let (tx, rx) = oneshot::channel();
-        map.insert(id.to_owned(), tx);
+        map.insert(id.to_owned(), (tx, admitted));
         Some(rx)
     }
 
-    /// Forgets `id` (its request gave up waiting).
+    /// Forgets `id` (the proxy never got its message).
     pub(super) fn forget(&self, id: &str) {
         lock(&self.0).remove(id);
     }
@@ -57,8 +64,9 @@ impl Waiting {
             );
             return;
         };
-        if let Some(waiter) = lock(&self.0).remove(id.get()) {
-            // The request may have gone (client hung up): the call itself has finished anyway.
+        if let Some((waiter, _admitted)) = lock(&self.0).remove(id.get()) {
+            // The request may have gone (client hung up): the call itself has finished anyway,
+            // and its slot is given back here.
             let _ = waiter.send(line.to_owned());
         }
     }

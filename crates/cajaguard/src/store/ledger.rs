@@ -54,6 +54,14 @@ fn bump_accounts(
     settled: i64,
     in_flight: i64,
 ) -> Result<(), StoreError> {
+    // A shop's charged currency reaches here too: one holding `/` would write into an agent's
+    // account. Refused: the settlement fails and the reservation stays counted (fail closed).
+    if currency.contains('/') {
+        return Err(StoreError::Inconsistent(format!(
+            "the currency {:?} cannot be counted: a currency code holds no `/`",
+            cajaguard_core::display::name(currency)
+        )));
+    }
     tx.bump(currency, hour, settled, in_flight)?;
     if let Some(agent) = agent {
         tx.bump(&agent_account(currency, agent), hour, settled, in_flight)?;

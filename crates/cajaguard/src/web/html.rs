@@ -207,10 +207,14 @@ pub(super) fn request(v: &RequestView<'_>) -> Result<Response, Response> {
     let _ = write!(
         body,
         "<div class=\"card\"><h2>As the gate recorded it</h2><table>\
-         <tr><th>request</th><td><code>{}</code></td></tr>\
+         <tr><th>request</th><td><code>{}</code></td></tr><tr><th>agent</th><td>{}</td></tr>\
          <tr><th>merchant</th><td>{}</td></tr><tr><th>checkout</th><td>{}</td></tr>\
          <tr><th>amount</th><td>{}</td></tr><tr><th>handlers</th><td>{}</td></tr></table></div>",
         escape(r.request_id.as_str()),
+        r.agent.as_ref().map_or_else(
+            || "this machine's agent (stdio)".to_owned(),
+            |a| text(a.as_str())
+        ),
         text(&r.merchant),
         text(&r.checkout_id),
         escape(&amount(r.total, &r.currency)),

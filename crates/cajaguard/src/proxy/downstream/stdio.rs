@@ -296,6 +296,13 @@ impl StdioLink {
     }
 
     fn write(&self, line: &str) -> std::io::Result<()> {
+        // A line break would end the message early and start another the shop would act on.
+        if line.contains(['\n', '\r']) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a message with a line break in it is never written to the shop",
+            ));
+        }
         let mut stdin = lock(&self.stdin);
         let mut buffer = Vec::with_capacity(line.len() + 1);
         buffer.extend_from_slice(line.as_bytes());

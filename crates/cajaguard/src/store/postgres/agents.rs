@@ -1,4 +1,4 @@
-//! Agent tokens in PostgreSQL (rules in `store/agents.rs`; table in `0006_agents.sql`).
+//! Agent tokens in PostgreSQL (rules in `store/agents.rs`; table in `0005_agents.sql`).
 
 use super::transaction::PgTx;
 use crate::store::StoreError;

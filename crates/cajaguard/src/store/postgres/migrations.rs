@@ -20,7 +20,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "audit_log",
         include_str!("migrations/0004_audit_log.sql"),
     ),
-    (6, "agents", include_str!("migrations/0006_agents.sql")),
+    (5, "agents", include_str!("migrations/0005_agents.sql")),
 ];
 
 /// The latest version this build knows.

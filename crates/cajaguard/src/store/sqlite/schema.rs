@@ -131,7 +131,7 @@ CREATE TABLE payment_freeze (
 );
 ";
 
-/// Version 5: agents of the service (SPEC §13), the same as PostgreSQL's `0006_agents.sql`, which
+/// Version 5: agents of the service (SPEC §13), the same as PostgreSQL's `0005_agents.sql`, which
 /// says what each is for.
 const SCHEMA_V5: &str = "
 ALTER TABLE ledger ADD COLUMN agent TEXT;

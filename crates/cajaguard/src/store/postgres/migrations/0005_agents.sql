@@ -1,4 +1,4 @@
--- Agents of the service (SPEC §13). (0005 is the decision's index work.)
+-- Agents of the service (SPEC §13).
 --
 -- `agent` on the ledger, pending requests and audit rows: who paid or asked. An agent's own
 -- window is read from `spend_buckets` rows whose currency column holds the account `CUR/agent`
