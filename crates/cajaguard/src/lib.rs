@@ -3,6 +3,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod bearer;
 pub mod bridge;
 pub mod cli;
 pub mod clock;

@@ -5,8 +5,8 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
+use crate::bearer::BearerToken;
 use ureq::http::HeaderValue;
-use zeroize::Zeroize;
 
 use super::ACCEPT;
 
@@ -35,27 +35,6 @@ impl SetupError {
                 "set the variable to the agent's token (`cajaguard agent add <name>` prints it once), in the MCP client's `env` for this server"
             }
         }
-    }
-}
-
-/// The `Authorization` header value, wiped when dropped. Deliberately without `Debug` or
-/// `Display`: it cannot end up in a log line or an error by accident.
-struct BearerToken {
-    header: String,
-}
-
-impl BearerToken {
-    fn header_value(&self) -> Option<HeaderValue> {
-        let mut value = HeaderValue::from_str(&self.header).ok()?;
-        // Hidden from the http crate's Debug output.
-        value.set_sensitive(true);
-        Some(value)
-    }
-}
-
-impl Drop for BearerToken {
-    fn drop(&mut self) {
-        self.header.zeroize();
     }
 }
 
@@ -181,23 +160,10 @@ fn read_token(
     if !name_ok {
         return Err(SetupError::VarName(cajaguard_core::display::name(var)));
     }
-    let Some(mut raw) = env(var).filter(|v| !v.is_empty()) else {
+    let Some(raw) = env(var).filter(|v| !v.is_empty()) else {
         return Err(SetupError::MissingToken(var.to_owned()));
     };
-    let text = raw.to_str().map(str::to_owned);
-    raw.clear();
-    let Some(mut text) = text else {
-        return Err(SetupError::BadToken(var.to_owned()));
-    };
-    let printable = text.bytes().all(|b| (0x21..0x7f).contains(&b));
-    let token = BearerToken {
-        header: format!("Bearer {text}"),
-    };
-    text.zeroize();
-    if !printable || token.header_value().is_none() {
-        return Err(SetupError::BadToken(var.to_owned()));
-    }
-    Ok(token)
+    BearerToken::from_env_value(raw).ok_or_else(|| SetupError::BadToken(var.to_owned()))
 }
 
 /// Names the variable, never the token.

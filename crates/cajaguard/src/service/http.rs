@@ -30,8 +30,9 @@ const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 /// The longest request id kept while its answer is awaited.
 const MAX_ID_BYTES: usize = 256;
 
-/// Serves until SIGINT or SIGTERM, then stops taking requests and finishes those in flight
-/// (a payment under way settles before the process ends).
+/// Serves until SIGINT or SIGTERM, then stops taking requests and answers those whose client
+/// still waits. A call whose client hung up may outlive the process: its reservation stays
+/// counted and is reconciled at the next start.
 pub fn serve(
     service: Arc<Service>,
     listener: TcpListener,
@@ -80,7 +81,7 @@ async fn shutdown() {
         _ = tokio::signal::ctrl_c() => {}
         () = terminate => {}
     }
-    tracing::info!("stopping: no new requests; finishing those in flight");
+    tracing::info!("stopping: no new requests; answering those still awaited");
 }
 
 #[derive(Clone)]

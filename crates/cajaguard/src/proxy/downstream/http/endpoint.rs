@@ -4,34 +4,12 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
+use crate::bearer::BearerToken;
 use cajaguard_core::policy::HttpDownstream;
 use ureq::http::HeaderValue;
-use zeroize::Zeroize;
 
 use super::super::{ShopError, names_only};
 use super::ACCEPT;
-
-/// The `Authorization` header value, wiped when dropped. Deliberately without `Debug` or
-/// `Display`: it cannot end up in a log line or an error by accident.
-struct BearerToken {
-    header: String,
-}
-
-impl BearerToken {
-    fn header_value(&self) -> Option<HeaderValue> {
-        let mut value = HeaderValue::from_str(&self.header).ok()?;
-        // Hidden from the http crate's Debug output. The copy in the header itself cannot be
-        // wiped (it lives in the HTTP client's buffers until they are reused).
-        value.set_sensitive(true);
-        Some(value)
-    }
-}
-
-impl Drop for BearerToken {
-    fn drop(&mut self) {
-        self.header.zeroize();
-    }
-}
 
 /// Where the shop is and how to authenticate, resolved once at start.
 pub struct Endpoint {
@@ -55,22 +33,11 @@ impl Endpoint {
         let token = match &http.bearer_token_env {
             None => None,
             Some(var) => {
-                let Some(mut raw) = env(var).filter(|v| !v.is_empty()) else {
+                let Some(raw) = env(var).filter(|v| !v.is_empty()) else {
                     return Err(ShopError::MissingToken(var.clone()));
                 };
-                let text = raw.to_str().map(str::to_owned);
-                raw.clear();
-                let Some(mut text) = text else {
-                    return Err(ShopError::BadToken(var.clone()));
-                };
-                let token = BearerToken {
-                    header: format!("Bearer {text}"),
-                };
-                let printable = text.bytes().all(|b| (0x21..0x7f).contains(&b));
-                text.zeroize();
-                if !printable || token.header_value().is_none() {
-                    return Err(ShopError::BadToken(var.clone()));
-                }
+                let token = BearerToken::from_env_value(raw)
+                    .ok_or_else(|| ShopError::BadToken(var.clone()))?;
                 Some((var.clone(), token))
             }
         };
