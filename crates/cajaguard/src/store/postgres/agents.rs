@@ -4,7 +4,7 @@ use super::transaction::PgTx;
 use crate::store::StoreError;
 use crate::store::agents::AgentTx;
 
-impl AgentTx for PgTx<'_, '_> {
+impl AgentTx for PgTx<'_> {
     fn agent_insert(
         &mut self,
         name: &str,

@@ -1,19 +1,20 @@
-//! The connection to the shared store: opened with bounded timeouts, migrated at start, one
-//! transaction at a time, retried as a whole after a serialization failure or deadlock, and
-//! dropped (the call refused) when it is lost.
+//! The connections to the shared store: a small pool, each connection opened with bounded
+//! timeouts and driven on a runtime of its own, migrated at start; a transaction is retried as a
+//! whole after a serialization failure or deadlock, and a connection that is lost is dropped (the
+//! call refused) and replaced by the next call.
 
-use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use cajaguard_core::approval::ApprovalDocument;
-use postgres::error::SqlState;
-use postgres::{Client, NoTls, Statement};
 use std::collections::HashMap;
 use time::OffsetDateTime;
+use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
 
 use super::migrations;
-use super::statements::WINDOW_SUM;
-use super::transaction::PgTx;
+use super::statements::EXPLAIN_WINDOW_SUM;
+use super::transaction::{PgTx, Session};
 use crate::store::tx::Tx;
 use crate::store::{StoreError, approvals, micros};
 
@@ -22,7 +23,8 @@ use crate::store::{StoreError, approvals, micros};
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long a statement waits for another transaction's row lock (a gate in the same currency on
-/// another host) before the call is refused; the twin of SQLite's busy timeout.
+/// another host) before the call is refused; the twin of SQLite's busy timeout. A call waiting
+/// for a free connection of the pool waits as long.
 const LOCK_TIMEOUT_MS: u32 = 5_000;
 /// Any one statement; far above what a gate needs, well below an agent's patience.
 const STATEMENT_TIMEOUT_MS: u32 = 10_000;
@@ -32,20 +34,27 @@ const TCP_USER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Attempts per transaction when PostgreSQL aborts it with a serialization failure or deadlock.
 const ATTEMPTS: u32 = 3;
 
+/// Connections one store keeps at most. A process serves one call per agent session at a time,
+/// and its gates in one currency queue on that currency's row lock anyway: more connections than
+/// this would only wait there, holding server memory. With fewer, a claim or a settlement would
+/// wait behind another payment's gate that waits for the lock.
+pub(super) const POOL_SIZE: usize = 8;
+
 pub(in crate::store) struct Postgres {
     /// Holds the password, if the URL had one: never printed (`tokio_postgres::Config`'s own
     /// `Debug` redacts it too, but nothing here formats it).
-    config: postgres::Config,
+    config: tokio_postgres::Config,
     /// Where the database is, without user, password or query: for messages and logs.
     target: String,
-    conn: Mutex<Option<Conn>>,
+    pool: Mutex<Pool>,
+    /// Signalled when a connection is given back or dropped.
+    returned: Condvar,
 }
 
-struct Conn {
-    client: Client,
-    /// Statements prepared on this connection, by their SQL (a prepared statement survives a
-    /// rolled-back transaction; the cache dies with the connection).
-    statements: HashMap<&'static str, Statement>,
+struct Pool {
+    idle: Vec<Session>,
+    /// Connections open, idle or in use (and ones being opened).
+    open: usize,
 }
 
 impl Postgres {
@@ -54,7 +63,7 @@ impl Postgres {
     pub(in crate::store) fn open(url: &str) -> Result<Postgres, StoreError> {
         let redacted = cajaguard_core::policy::redact_url(url);
         // The parser's message could quote a piece of the URL, so it is not repeated.
-        let mut config: postgres::Config = url.parse().map_err(|_| {
+        let mut config: tokio_postgres::Config = url.parse().map_err(|_| {
             StoreError::Config(format!(
                 "the store URL ({redacted}) is not a valid PostgreSQL URL: write postgres://user@host:5432/dbname"
             ))
@@ -73,16 +82,23 @@ impl Postgres {
         let store = Postgres {
             config,
             target,
-            conn: Mutex::new(None),
+            pool: Mutex::new(Pool {
+                idle: Vec::new(),
+                open: 1,
+            }),
+            returned: Condvar::new(),
         };
-        let mut conn = store.connect()?;
+        let mut session = store.connect()?;
         // Every host may start at once. Migrations queue on one advisory lock (bounded by
         // `lock_timeout`, then `Busy`); a transaction the server aborts for a conflict all the
         // same (a deadlock, a serialization failure, two `CREATE ... IF NOT EXISTS` racing in the
         // catalog) is run again, as every other write is, until the lock timeout has really passed.
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         loop {
-            match migrations::migrate(&mut conn.client, &store.target) {
+            let Session {
+                client, runtime, ..
+            } = &mut session;
+            match runtime.block_on(migrations::migrate(client, &store.target)) {
                 Ok(()) => break,
                 Err(StoreError::Postgres { source, .. })
                     if migration_conflict(&source)
@@ -95,7 +111,7 @@ impl Postgres {
                 Err(e) => return Err(store.classify(e)),
             }
         }
-        *store.lock() = Some(conn);
+        store.lock().idle.push(session);
         Ok(store)
     }
 
@@ -103,28 +119,93 @@ impl Postgres {
         &self.target
     }
 
-    fn connect(&self) -> Result<Conn, StoreError> {
-        let mut client = self
-            .config
-            .connect(NoTls)
+    fn connect(&self) -> Result<Session, StoreError> {
+        // The socket is driven by this runtime whenever a call blocks on it, on the caller's
+        // thread, as the synchronous `postgres` crate does: no thread of its own, no hop.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Unavailable {
+                store: self.target.clone(),
+                why: format!("cannot start the connection's runtime: {e}"),
+            })?;
+        let (client, connection) = runtime
+            .block_on(self.config.connect(NoTls))
             .map_err(|e| self.unavailable(&e))?;
-        client
-            .batch_execute(&format!(
+        let target = self.target.clone();
+        runtime.spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(store = %target, "the connection ended: {}", detail(&e));
+            }
+        });
+        runtime
+            .block_on(client.batch_execute(&format!(
                 "SET lock_timeout = {LOCK_TIMEOUT_MS}; SET statement_timeout = {STATEMENT_TIMEOUT_MS}; \
                  SET idle_in_transaction_session_timeout = 60000"
-            ))
+            )))
             .map_err(|e| self.unavailable(&e))?;
-        Ok(Conn {
+        Ok(Session {
             client,
+            runtime,
             statements: HashMap::new(),
         })
     }
 
-    fn unavailable(&self, e: &postgres::Error) -> StoreError {
+    fn unavailable(&self, e: &tokio_postgres::Error) -> StoreError {
         StoreError::Unavailable {
             store: self.target.clone(),
             why: detail(e),
         }
+    }
+
+    /// An idle connection, or a new one while fewer than [`POOL_SIZE`] are open; else waits for
+    /// one to come back, as long as a row lock may be waited for. `fresh`: never an idle one (the
+    /// last one was found dead, and the others may be too).
+    fn take(&self, fresh: bool) -> Result<Session, StoreError> {
+        let deadline = Instant::now() + Duration::from_millis(u64::from(LOCK_TIMEOUT_MS));
+        let mut pool = self.lock();
+        loop {
+            if !fresh && let Some(session) = pool.idle.pop() {
+                if !session.client.is_closed() {
+                    return Ok(session);
+                }
+                pool.open -= 1;
+                continue;
+            }
+            if fresh && pool.open >= POOL_SIZE && pool.idle.pop().is_some() {
+                // Make room for the fresh one.
+                pool.open -= 1;
+            }
+            if pool.open < POOL_SIZE {
+                pool.open += 1;
+                drop(pool);
+                return self.connect().inspect_err(|_| self.discard());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(StoreError::Busy {
+                    store: self.target.clone(),
+                });
+            }
+            pool = self
+                .returned
+                .wait_timeout(pool, deadline - now)
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+        }
+    }
+
+    fn give_back(&self, session: Session) {
+        self.lock().idle.push(session);
+        self.returned.notify_one();
+    }
+
+    /// A connection that was taken is gone (lost, or never opened).
+    fn discard(&self) {
+        let mut pool = self.lock();
+        pool.open = pool.open.saturating_sub(1);
+        drop(pool);
+        self.returned.notify_one();
     }
 
     /// `f` in one transaction, committed if it returns `Ok`. Reads go through here too: a
@@ -138,12 +219,11 @@ impl Postgres {
 
     fn run_pg<T>(
         &self,
-        f: &mut dyn FnMut(&mut PgTx<'_, '_>) -> Result<T, StoreError>,
+        f: &mut dyn FnMut(&mut PgTx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut slot = self.lock();
         let mut attempt = 1;
         loop {
-            match self.attempt(&mut slot, f) {
+            match self.attempt(f) {
                 Err(StoreError::Postgres { source, .. })
                     if attempt < ATTEMPTS && is_retryable(&source) =>
                 {
@@ -151,12 +231,7 @@ impl Postgres {
                     attempt += 1;
                     std::thread::sleep(Duration::from_millis(5 * u64::from(attempt)));
                 }
-                Err(e) => {
-                    if lost_connection(&e) {
-                        *slot = None;
-                    }
-                    return Err(self.classify(e));
-                }
+                Err(e) => return Err(self.classify(e)),
                 Ok(value) => return Ok(value),
             }
         }
@@ -164,32 +239,46 @@ impl Postgres {
 
     fn attempt<T>(
         &self,
-        slot: &mut Option<Conn>,
-        f: &mut dyn FnMut(&mut PgTx<'_, '_>) -> Result<T, StoreError>,
+        f: &mut dyn FnMut(&mut PgTx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         // A connection that died while idle (the server restarted, an administrator terminated
-        // it) is found at BEGIN, before anything was done: reconnect once and go on, so the first
-        // call after the database returns is served.
+        // it) shows at the first statement, before `COMMIT` was sent, so nothing was applied: the
+        // transaction runs again once, on a new connection, and the first call after the
+        // database returns is served.
         for fresh in [false, true] {
-            if fresh || slot.as_ref().is_none_or(|c| c.client.is_closed()) {
-                *slot = None;
-                *slot = Some(self.connect()?);
+            let mut session = self.take(fresh)?;
+            let mut tx = PgTx::begin(&mut session, &self.target);
+            let result = f(&mut tx);
+            let result = match result {
+                Ok(value) => {
+                    let committed = tx.commit();
+                    committed.map(|()| value)
+                }
+                Err(e) => {
+                    let lost_early = lost_connection(&e) && !tx.commit_sent();
+                    if lost_connection(&e) || tx.rollback().is_err() {
+                        drop(session);
+                        self.discard();
+                        if lost_early && !fresh {
+                            continue;
+                        }
+                        return Err(e);
+                    }
+                    Err(e)
+                }
+            };
+            match result {
+                Err(e) if lost_connection(&e) => {
+                    // The outcome of a cut-off COMMIT is unknown: refused either way (fail closed).
+                    drop(session);
+                    self.discard();
+                    return Err(e);
+                }
+                other => {
+                    self.give_back(session);
+                    return other;
+                }
             }
-            let Some(Conn { client, statements }) = slot.as_mut() else {
-                continue;
-            };
-            let mut tx = match client.transaction() {
-                Ok(tx) => tx,
-                Err(e) if !fresh && lost(&e) => continue,
-                Err(source) => return Err(self.pg(source)),
-            };
-            let value = f(&mut PgTx {
-                tx: &mut tx,
-                statements,
-                target: &self.target,
-            })?;
-            tx.commit().map_err(|e| self.pg(e))?;
-            return Ok(value);
         }
         Err(StoreError::Unavailable {
             store: self.target.clone(),
@@ -226,10 +315,7 @@ impl Postgres {
         from_hour: i64,
     ) -> Result<Vec<String>, StoreError> {
         self.run_pg(&mut |tx| {
-            let rows = tx
-                .tx
-                .query(&format!("EXPLAIN {WINDOW_SUM}"), &[&"USD", &from_hour])
-                .map_err(|e| pg_err(tx.target, e))?;
+            let rows = tx.query(EXPLAIN_WINDOW_SUM, &[&"USD", &from_hour])?;
             rows.iter().map(|r| tx.get::<String>(r, 0)).collect()
         })
     }
@@ -238,18 +324,15 @@ impl Postgres {
     pub(in crate::store) fn database_now_us(&self) -> Result<i64, StoreError> {
         self.run_pg(&mut |tx| {
             let row = tx
-                .tx
-                .query_one(
+                .query_opt(
                     "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
                     &[],
-                )
-                .map_err(|e| pg_err(tx.target, e))?;
+                )?
+                .ok_or_else(|| {
+                    StoreError::Inconsistent("the clock query returned no row".into())
+                })?;
             tx.get::<i64>(&row, 0)
         })
-    }
-
-    fn pg(&self, source: postgres::Error) -> StoreError {
-        pg_err(&self.target, source)
     }
 
     /// Lock and statement timeouts become [`StoreError::Busy`], a lost connection
@@ -271,19 +354,19 @@ impl Postgres {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<Conn>> {
+    fn lock(&self) -> MutexGuard<'_, Pool> {
         // A panic inside a call (say, in `decide`) dropped its `Transaction`, which rolled back.
-        self.conn
+        self.pool
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 /// `host:port/dbname` (or the socket directory), for messages: never the user's password.
-fn describe(config: &postgres::Config) -> String {
+fn describe(config: &tokio_postgres::Config) -> String {
     let host = match config.get_hosts().first() {
-        Some(postgres::config::Host::Tcp(host)) => host.clone(),
-        Some(postgres::config::Host::Unix(path)) => path.display().to_string(),
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
         None => "localhost".to_owned(),
     };
     let port = config.get_ports().first().copied().unwrap_or(5432);
@@ -297,7 +380,7 @@ fn describe(config: &postgres::Config) -> String {
 /// What went wrong, for a person: the server's message and SQLSTATE for a database error (the
 /// error's own `Display` says only "db error"), else the error and its cause. Neither holds the
 /// connection's password: the server never echoes it, and the URL is not part of any error.
-pub(in crate::store) fn detail(e: &postgres::Error) -> String {
+pub(in crate::store) fn detail(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         return format!(
             "{}: {} (SQLSTATE {})",
@@ -312,7 +395,7 @@ pub(in crate::store) fn detail(e: &postgres::Error) -> String {
     }
 }
 
-pub(super) fn pg_err(target: &str, source: postgres::Error) -> StoreError {
+pub(super) fn pg_err(target: &str, source: tokio_postgres::Error) -> StoreError {
     StoreError::Postgres {
         target: target.to_owned(),
         source,
@@ -320,11 +403,11 @@ pub(super) fn pg_err(target: &str, source: postgres::Error) -> StoreError {
 }
 
 /// A migration's transaction aborted by another host's at the same moment: safe to run again.
-fn migration_conflict(e: &postgres::Error) -> bool {
+fn migration_conflict(e: &tokio_postgres::Error) -> bool {
     is_retryable(e) || matches!(e.code(), Some(&SqlState::UNIQUE_VIOLATION))
 }
 
-fn is_retryable(e: &postgres::Error) -> bool {
+fn is_retryable(e: &tokio_postgres::Error) -> bool {
     matches!(
         e.code(),
         Some(&SqlState::T_R_SERIALIZATION_FAILURE | &SqlState::T_R_DEADLOCK_DETECTED)
@@ -332,7 +415,7 @@ fn is_retryable(e: &postgres::Error) -> bool {
 }
 
 /// Whether the connection is gone (not a statement that failed on a live one).
-fn lost(e: &postgres::Error) -> bool {
+fn lost(e: &tokio_postgres::Error) -> bool {
     if e.is_closed() {
         return true;
     }

@@ -27,12 +27,12 @@ fn to_u64(value: i64, what: &str) -> Result<u64, StoreError> {
     })
 }
 
-impl PgTx<'_, '_> {
+impl PgTx<'_> {
     /// A [`Leaf`] and its stored hashes from a row selecting `leaf_columns!()` from `offset` on;
     /// `index` replaces the row's `log_index` when given (rows not yet in the log).
     fn leaf_row(
         &self,
-        row: &postgres::Row,
+        row: &tokio_postgres::Row,
         offset: usize,
         index: Option<u64>,
     ) -> Result<(Leaf, Vec<u8>), StoreError> {
@@ -65,9 +65,9 @@ impl PgTx<'_, '_> {
     }
 }
 
-impl LogTx for PgTx<'_, '_> {
+impl LogTx for PgTx<'_> {
     fn insert_audit(&mut self, l: &Leaf, log_hashes: &[u8]) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "INSERT INTO audit (log_index, at, at_us, tool, verdict, reason, merchant, currency,
                                 total, request_id, idempotency_key, checkout_id, latency_us, note,
                                 log_hashes, agent)
@@ -90,8 +90,7 @@ impl LogTx for PgTx<'_, '_> {
                 &log_hashes,
                 &l.agent,
             ],
-        )?;
-        Ok(())
+        )
     }
 
     fn log_next_index(&mut self) -> Result<u64, StoreError> {
@@ -120,11 +119,10 @@ impl LogTx for PgTx<'_, '_> {
     }
 
     fn log_init(&mut self, origin: &str) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "INSERT INTO audit_log (id, origin, size) VALUES (1, $1, 0) ON CONFLICT DO NOTHING",
             &[&origin],
-        )?;
-        Ok(())
+        )
     }
 
     fn log_hashes_of(&mut self, records: &[u64]) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
@@ -257,21 +255,19 @@ impl LogTx for PgTx<'_, '_> {
     }
 
     fn checkpoint_insert(&mut self, size: u64, note: &str, at_us: i64) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "INSERT INTO audit_checkpoints (tree_size, note, written_at) VALUES ($1, $2, $3)
              ON CONFLICT DO NOTHING",
             &[&to_i64(size, "a checkpoint's size")?, &note, &at_us],
-        )?;
-        Ok(())
+        )
     }
 
     fn log_key_add(&mut self, verifier_key: &str, at_us: i64) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "INSERT INTO audit_log_keys (verifier_key, added_at) VALUES ($1, $2)
              ON CONFLICT DO NOTHING",
             &[&verifier_key, &at_us],
-        )?;
-        Ok(())
+        )
     }
 
     fn log_keys(&mut self) -> Result<Vec<String>, StoreError> {

@@ -2,7 +2,7 @@
 //! its row in `schema_migrations`, under a transaction-scoped advisory lock, so any number of
 //! CajaGuard processes starting at once apply each migration exactly once and never see half of one.
 
-use postgres::Client;
+use tokio_postgres::Client;
 
 use crate::store::StoreError;
 
@@ -33,14 +33,14 @@ pub(super) fn known() -> i64 {
 const LOCK: &str =
     "SELECT pg_advisory_xact_lock(hashtext('cajaguard-migrate:' || current_schema()))";
 
-pub(super) fn migrate(client: &mut Client, target: &str) -> Result<(), StoreError> {
+pub(super) async fn migrate(client: &mut Client, target: &str) -> Result<(), StoreError> {
     let pg = |source| StoreError::Postgres {
         target: target.to_owned(),
         source,
     };
     for (version, name, sql) in MIGRATIONS {
-        let mut tx = client.transaction().map_err(pg)?;
-        tx.batch_execute(LOCK).map_err(pg)?;
+        let tx = client.transaction().await.map_err(pg)?;
+        tx.batch_execute(LOCK).await.map_err(pg)?;
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations (
                  version    BIGINT PRIMARY KEY,
@@ -48,14 +48,17 @@ pub(super) fn migrate(client: &mut Client, target: &str) -> Result<(), StoreErro
                  applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
              )",
         )
+        .await
         .map_err(pg)?;
         let latest: i64 = tx
             .query_one(
                 "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
                 &[],
             )
+            .await
             .map_err(pg)?
-            .get(0);
+            .try_get(0)
+            .map_err(pg)?;
         if latest > known() {
             return Err(StoreError::Incompatible {
                 store: target.to_owned(),
@@ -64,16 +67,17 @@ pub(super) fn migrate(client: &mut Client, target: &str) -> Result<(), StoreErro
             });
         }
         if latest >= *version {
-            tx.commit().map_err(pg)?;
+            tx.commit().await.map_err(pg)?;
             continue;
         }
-        tx.batch_execute(sql).map_err(pg)?;
+        tx.batch_execute(sql).await.map_err(pg)?;
         tx.execute(
             "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
             &[version, name],
         )
+        .await
         .map_err(pg)?;
-        tx.commit().map_err(pg)?;
+        tx.commit().await.map_err(pg)?;
         tracing::info!(store = target, version, name, "applied a store migration");
     }
     Ok(())

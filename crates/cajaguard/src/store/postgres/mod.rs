@@ -60,4 +60,4 @@ pub use self::missing::CONNECT_TIMEOUT;
 pub(super) use self::missing::{Error, Postgres, detail};
 /// The client's error, kept whole in [`StoreError::Postgres`](super::StoreError::Postgres).
 #[cfg(feature = "postgres")]
-pub(super) use ::postgres::Error;
+pub(super) use ::tokio_postgres::Error;

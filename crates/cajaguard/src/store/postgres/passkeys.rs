@@ -14,8 +14,8 @@ const LIST: &str = "SELECT credential_id, name, algorithm, public_key, sign_coun
 const GET: &str = "SELECT credential_id, name, algorithm, public_key, sign_count, aaguid, backup_eligible, created_at
      FROM passkeys WHERE credential_id = $1 AND removed_at IS NULL";
 
-impl PgTx<'_, '_> {
-    fn passkey_row(&self, row: &postgres::Row) -> Result<PasskeyRow, StoreError> {
+impl PgTx<'_> {
+    fn passkey_row(&self, row: &tokio_postgres::Row) -> Result<PasskeyRow, StoreError> {
         let id: String = self.get(row, 0)?;
         let alg: String = self.get(row, 2)?;
         let key: String = self.get(row, 3)?;
@@ -37,7 +37,7 @@ impl PgTx<'_, '_> {
     }
 }
 
-impl PasskeyTx for PgTx<'_, '_> {
+impl PasskeyTx for PgTx<'_> {
     fn passkey_list(&mut self) -> Result<Vec<PasskeyRow>, StoreError> {
         let rows = self.query(LIST, &[])?;
         rows.iter().map(|r| self.passkey_row(r)).collect()
@@ -115,11 +115,10 @@ impl PasskeyTx for PgTx<'_, '_> {
         name: &str,
         expires_us: i64,
     ) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "INSERT INTO passkey_links (token_hash, name, expires_at) VALUES ($1, $2, $3)",
             &[&token_hash, &name, &expires_us],
-        )?;
-        Ok(())
+        )
     }
 
     fn link_get(&mut self, token_hash: &str) -> Result<Option<LinkRow>, StoreError> {

@@ -10,17 +10,23 @@ use crate::store::tx::{ClaimRow, LedgerRow, ReleasedBy, Reservation, State, Tx};
 use crate::store::{InFlight, PendingRow, StoreError, WindowSpend, pending};
 
 /// The gate's window sum: a range scan of the `spend_buckets` primary key, never the ledger.
-pub(super) const WINDOW_SUM: &str = "SELECT COALESCE(SUM(settled + in_flight), 0)::BIGINT FROM spend_buckets WHERE currency = $1 AND hour >= $2";
+macro_rules! window_sum {
+    () => {
+        "SELECT COALESCE(SUM(settled + in_flight), 0)::BIGINT FROM spend_buckets WHERE currency = $1 AND hour >= $2"
+    };
+}
+const WINDOW_SUM: &str = window_sum!();
+/// Its plan, for the report (statements are cached by their `&'static str`).
+pub(super) const EXPLAIN_WINDOW_SUM: &str = concat!("EXPLAIN ", window_sum!());
 
-impl Tx for PgTx<'_, '_> {
+impl Tx for PgTx<'_> {
     fn lock_currency(&mut self, currency: &str) -> Result<(), StoreError> {
         // ON CONFLICT DO UPDATE locks the existing row (or the one just inserted) until commit.
-        self.execute(
+        self.defer(
             "INSERT INTO currency_locks (currency) VALUES ($1)
              ON CONFLICT (currency) DO UPDATE SET currency = excluded.currency",
             &[&currency],
-        )?;
-        Ok(())
+        )
     }
 
     fn bucket_sum(&mut self, currency: &str, from_hour: i64) -> Result<i64, StoreError> {
@@ -63,13 +69,12 @@ impl Tx for PgTx<'_, '_> {
         settled: i64,
         in_flight: i64,
     ) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "INSERT INTO spend_buckets (currency, hour, settled, in_flight) VALUES ($1, $2, $3, $4)
              ON CONFLICT (currency, hour) DO UPDATE SET settled = spend_buckets.settled + excluded.settled,
                                                         in_flight = spend_buckets.in_flight + excluded.in_flight",
             &[&currency, &hour, &settled, &in_flight],
-        )?;
-        Ok(())
+        )
     }
 
     fn put_reservation(
@@ -78,7 +83,7 @@ impl Tx for PgTx<'_, '_> {
         hour: i64,
         at_us: i64,
     ) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "INSERT INTO ledger
                  (checkout_id, idempotency_key, merchant, currency, reserved, charged, state, hour, reserved_at, settled_at, digest, released_by, agent_profile, agent)
              VALUES ($1, $2, $3, $4, $5, NULL, 'in_flight', $6, $7, NULL, $8,
@@ -102,8 +107,7 @@ impl Tx for PgTx<'_, '_> {
                 &r.agent_profile,
                 &r.agent,
             ],
-        )?;
-        Ok(())
+        )
     }
 
     fn mark_settled(
@@ -113,11 +117,10 @@ impl Tx for PgTx<'_, '_> {
         currency: &str,
         at_us: i64,
     ) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "UPDATE ledger SET state = 'settled', charged = $2, currency = $3, settled_at = $4 WHERE checkout_id = $1",
             &[&checkout_id, &charged, &currency, &at_us],
-        )?;
-        Ok(())
+        )
     }
 
     fn mark_released(
@@ -126,13 +129,12 @@ impl Tx for PgTx<'_, '_> {
         at_us: i64,
         by: ReleasedBy,
     ) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "UPDATE ledger SET state = 'released', settled_at = $2,
                  released_by = CASE WHEN released_by = 'reconcile' THEN 'reconcile' ELSE $3 END
              WHERE checkout_id = $1",
             &[&checkout_id, &at_us, &by.as_str()],
-        )?;
-        Ok(())
+        )
     }
 
     fn released_by_reconcile(&mut self, from_us: i64) -> Result<Vec<InFlight>, StoreError> {
@@ -148,11 +150,10 @@ impl Tx for PgTx<'_, '_> {
         // A row lock cannot lock a claim that does not exist yet; an advisory lock on the id's
         // hash serializes every claim, lease, gate and settlement of one checkout across hosts
         // (another checkout sharing the hash only waits a moment more).
-        self.execute(
+        self.defer(
             "SELECT pg_advisory_xact_lock(1667720039, hashtext($1))",
             &[&checkout_id],
-        )?;
-        Ok(())
+        )
     }
 
     fn claim_get(&mut self, checkout_id: &str) -> Result<Option<ClaimRow>, StoreError> {
@@ -175,18 +176,16 @@ impl Tx for PgTx<'_, '_> {
         idempotency_key: &str,
         at_us: i64,
     ) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "INSERT INTO claims (checkout_id, idempotency_key, claimed_at) VALUES ($1, $2, $3)
              ON CONFLICT (checkout_id) DO UPDATE SET idempotency_key = excluded.idempotency_key,
                                                      claimed_at = excluded.claimed_at",
             &[&checkout_id, &idempotency_key, &at_us],
-        )?;
-        Ok(())
+        )
     }
 
     fn claim_delete(&mut self, checkout_id: &str) -> Result<(), StoreError> {
-        self.execute("DELETE FROM claims WHERE checkout_id = $1", &[&checkout_id])?;
-        Ok(())
+        self.defer("DELETE FROM claims WHERE checkout_id = $1", &[&checkout_id])
     }
 
     fn lease_live(&mut self, checkout_id: &str, now_us: i64) -> Result<bool, StoreError> {
@@ -204,19 +203,17 @@ impl Tx for PgTx<'_, '_> {
         checkout_id: &str,
         expires_us: i64,
     ) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "INSERT INTO update_leases (lease_id, checkout_id, expires_at) VALUES ($1, $2, $3)",
             &[&lease_id, &checkout_id, &expires_us],
-        )?;
-        Ok(())
+        )
     }
 
     fn lease_delete(&mut self, lease_id: &str) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "DELETE FROM update_leases WHERE lease_id = $1",
             &[&lease_id],
-        )?;
-        Ok(())
+        )
     }
 
     fn frozen(&mut self) -> Result<Option<(i64, String)>, StoreError> {
@@ -231,25 +228,22 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn freeze_put(&mut self, at_us: i64, reason: &str) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "INSERT INTO payment_freeze (id, frozen_at, reason) VALUES (1, $1, $2)
              ON CONFLICT (id) DO UPDATE SET reason = substr(payment_freeze.reason || '; ' || excluded.reason, 1, 2000)",
             &[&at_us, &reason],
-        )?;
-        Ok(())
+        )
     }
 
     fn freeze_delete(&mut self) -> Result<(), StoreError> {
-        self.execute("DELETE FROM payment_freeze WHERE id = 1", &[])?;
-        Ok(())
+        self.defer("DELETE FROM payment_freeze WHERE id = 1", &[])
     }
 
     fn touch_reservation(&mut self, checkout_id: &str, at_us: i64) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "UPDATE ledger SET reserved_at = $2 WHERE checkout_id = $1",
             &[&checkout_id, &at_us],
-        )?;
-        Ok(())
+        )
     }
 
     fn window_spend(
@@ -324,16 +318,15 @@ impl Tx for PgTx<'_, '_> {
         checkout_id: &str,
         at_us: i64,
     ) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "INSERT INTO used_approvals (nonce, request_id, checkout_id, used_at) VALUES ($1, $2, $3, $4)",
             &[&nonce, &request_id.as_str(), &checkout_id, &at_us],
-        )?;
-        Ok(())
+        )
     }
 
     fn upsert_pending(&mut self, p: &PendingRequest, at_us: i64) -> Result<(), StoreError> {
         let handler_ids = pending::handler_ids_json(p)?;
-        self.execute(
+        self.defer(
             "INSERT INTO pending (request_id, digest, merchant, checkout_id, currency, total, handler_ids, state, created_at, updated_at, agent)
              VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $8, $9)
              ON CONFLICT (request_id) DO UPDATE SET
@@ -351,16 +344,14 @@ impl Tx for PgTx<'_, '_> {
                 &at_us,
                 &p.agent.as_ref().map(|a| a.as_str()),
             ],
-        )?;
-        Ok(())
+        )
     }
 
     fn mark_pending_used(&mut self, id: &RequestId) -> Result<(), StoreError> {
-        self.execute(
+        self.defer(
             "UPDATE pending SET state = 'used' WHERE request_id = $1",
             &[&id.as_str()],
-        )?;
-        Ok(())
+        )
     }
 
     fn pending_list(&mut self) -> Result<Vec<PendingRow>, StoreError> {
