@@ -16,9 +16,9 @@ use super::{ApprovalStatus, StoreError, micros};
 
 pub(super) fn candidates(
     tx: &mut dyn Tx,
-    id: &RequestId,
+    documents: Vec<ApprovalDocument>,
 ) -> Result<Vec<ApprovalCandidate>, StoreError> {
-    tx.approval_documents(id)?
+    documents
         .into_iter()
         .map(|document| {
             let used = tx.is_used(&document.nonce)?;

@@ -68,27 +68,35 @@ impl Store {
         let outcome = self.write(&mut |tx| {
             tx.lock_currency(&quote.currency)?;
             tx.lock_checkout(&request.checkout_id)?;
+            let from_hour = ledger::window_start_hour(window, now);
+            let agent_account = agent.map(|a| ledger::agent_account(&quote.currency, a.as_str()));
+            let reads = tx.gate_reads(&tx::GateKeys {
+                currency: &quote.currency,
+                agent_account: agent_account.as_deref(),
+                checkout_id: &request.checkout_id,
+                from_hour,
+                request_id,
+                // Without the page no passkey approval can count or deny: none is read.
+                passkeys: read_passkeys,
+            })?;
             let view = ledger::view(
-                tx,
+                &reads,
                 &quote.currency,
-                &request.checkout_id,
                 agent.map(AgentId::as_str),
-                window,
-                now,
+                from_hour,
             )?;
-            let candidates = approvals::candidates(tx, request_id)?;
-            // Without the page no passkey approval can count or deny: one query less per decision.
-            let passkey_candidates = if read_passkeys {
-                passkeys::candidates(tx, request_id)?
-            } else {
-                Vec::new()
-            };
-            let outcome = decide(&view, &candidates, &passkey_candidates);
             // Nothing goes out without the claim: another attempt may have taken over one that
             // looked abandoned. (A refusal needs none: a settlement may have ended it just now.)
-            if !matches!(outcome.effect, Effect::Refuse { .. })
-                && !claims::held(tx, &request.checkout_id, &request.idempotency_key)?
-            {
+            // It was read under the checkout's lock, which every claim change takes.
+            let claim_held = reads
+                .claim
+                .as_ref()
+                .is_some_and(|held| held.idempotency_key == request.idempotency_key);
+            let candidates = approvals::candidates(tx, reads.approvals)?;
+            let passkey_candidates =
+                passkeys::candidates(tx, passkeys::parse(request_id, reads.passkey_texts))?;
+            let outcome = decide(&view, &candidates, &passkey_candidates);
+            if !matches!(outcome.effect, Effect::Refuse { .. }) && !claim_held {
                 return Err(StoreError::ClaimLost);
             }
             match &outcome.effect {
@@ -110,6 +118,7 @@ impl Store {
                     }
                     ledger::reserve(
                         tx,
+                        reads.row.as_ref(),
                         &tx::Reservation {
                             checkout_id: &request.checkout_id,
                             idempotency_key: &request.idempotency_key,

@@ -16,7 +16,7 @@ use cajaguard_core::effect::{CheckoutLedger, LedgerView};
 use cajaguard_core::settle::Settlement;
 use time::OffsetDateTime;
 
-use super::tx::{LedgerRow, ReleasedBy, Reservation, State, Tx};
+use super::tx::{GateReads, LedgerRow, ReleasedBy, Reservation, State, Tx};
 use super::{StoreError, micros};
 
 const SECONDS_PER_HOUR: i64 = 3600;
@@ -81,23 +81,21 @@ pub(super) fn window_start_hour(window: Duration, now: OffsetDateTime) -> i64 {
         .div_euclid(SECONDS_PER_HOUR)
 }
 
-/// The view `decide` gets: the window's spend in `currency` without this checkout's own entry
-/// (globally, and for `agent`'s own account), and this checkout's state.
+/// The view `decide` gets, from the gate's reads: the window's spend in `currency` without this
+/// checkout's own entry (globally, and for `agent`'s own account), and this checkout's state.
 pub(super) fn view(
-    tx: &mut dyn Tx,
+    reads: &GateReads,
     currency: &str,
-    checkout_id: &str,
     agent: Option<&str>,
-    window: Duration,
-    now: OffsetDateTime,
+    from_hour: i64,
 ) -> Result<LedgerView, StoreError> {
-    let from_hour = window_start_hour(window, now);
-    let mut window_spent = tx.bucket_sum(currency, from_hour)?;
-    let mut agent_window_spent = match agent {
-        Some(agent) => tx.bucket_sum(&agent_account(currency, agent), from_hour)?,
-        None => 0,
+    let mut window_spent = reads.window_sum;
+    let mut agent_window_spent = if agent.is_some() {
+        reads.agent_window_sum
+    } else {
+        0
     };
-    let checkout = match tx.ledger_row(checkout_id)? {
+    let checkout = match &reads.row {
         None => CheckoutLedger::Fresh,
         Some(row) => {
             if row.currency == currency && row.hour >= from_hour {
@@ -113,7 +111,7 @@ pub(super) fn view(
                         .digest
                         .as_deref()
                         .and_then(cajaguard_core::approval::BasketDigest::from_hex),
-                    idempotency_key: row.idempotency_key,
+                    idempotency_key: row.idempotency_key.clone(),
                     total: row.reserved,
                 },
                 State::Settled => CheckoutLedger::Settled {
@@ -126,14 +124,16 @@ pub(super) fn view(
         window_spent,
         agent_window_spent,
         checkout,
-        frozen: super::freeze::current(tx)?,
+        frozen: super::freeze::of_row(reads.frozen.clone())?,
     })
 }
 
 /// Reserves `r.total` for the checkout, replacing an earlier attempt's reservation (so the checkout
-/// still counts once). A settled checkout is never replaced: its spend happened.
+/// still counts once). A settled checkout is never replaced: its spend happened. `old` is the
+/// checkout's row as this transaction read it, under the checkout's lock.
 pub(super) fn reserve(
     tx: &mut dyn Tx,
+    old: Option<&LedgerRow>,
     r: &Reservation<'_>,
     now: OffsetDateTime,
 ) -> Result<(), StoreError> {
@@ -144,7 +144,7 @@ pub(super) fn reserve(
         )));
     }
     let mut r = *r;
-    if let Some(old) = tx.ledger_row(r.checkout_id)? {
+    if let Some(old) = old {
         r.revisit = old.revisit;
         match old.state {
             State::Settled => {

@@ -106,8 +106,14 @@ pub(super) fn documents(
     tx: &mut dyn Tx,
     id: &RequestId,
 ) -> Result<Vec<PasskeyApproval>, StoreError> {
+    Ok(parse(id, tx.passkey_approval_texts(id)?))
+}
+
+/// The passkey approvals filed for `id`, from their stored texts; one that does not parse is
+/// skipped (never a reason for the gate to fail or to pass).
+pub(super) fn parse(id: &RequestId, texts: Vec<String>) -> Vec<PasskeyApproval> {
     let mut docs = Vec::new();
-    for text in tx.passkey_approval_texts(id)? {
+    for text in texts {
         match PasskeyApproval::from_json(&text) {
             Ok(doc) => docs.push(doc),
             Err(e) => {
@@ -115,15 +121,15 @@ pub(super) fn documents(
             }
         }
     }
-    Ok(docs)
+    docs
 }
 
 /// The gate's passkey candidates: each document with the passkey it names, as read now.
 pub(super) fn candidates(
     tx: &mut dyn Tx,
-    id: &RequestId,
+    documents: Vec<PasskeyApproval>,
 ) -> Result<Vec<PasskeyCandidate>, StoreError> {
-    documents(tx, id)?
+    documents
         .into_iter()
         .map(|document| {
             let passkey = tx.passkey_get(&document.assertion.credential_id)?;

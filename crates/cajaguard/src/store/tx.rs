@@ -91,6 +91,34 @@ impl ReleasedBy {
     }
 }
 
+/// What the gate reads once it holds its currency's and its checkout's locks.
+pub(super) struct GateKeys<'a> {
+    pub currency: &'a str,
+    /// The paying agent's own bucket account (`ledger::agent_account`), if there is an agent.
+    pub agent_account: Option<&'a str>,
+    pub checkout_id: &'a str,
+    /// The first bucket inside the window.
+    pub from_hour: i64,
+    pub request_id: &'a RequestId,
+    /// Whether passkey approvals are read at all (the policy's page is on).
+    pub passkeys: bool,
+}
+
+/// The rows behind the gate's decision, read in one go (see [`Tx::gate_reads`]).
+pub(super) struct GateReads {
+    /// `settled + in_flight` over the currency's buckets in the window.
+    pub window_sum: i64,
+    /// The same over the agent's own account; 0 without an agent.
+    pub agent_window_sum: i64,
+    /// The checkout's ledger row (locked on PostgreSQL, as [`Tx::ledger_row`]).
+    pub row: Option<LedgerRow>,
+    pub frozen: Option<(i64, String)>,
+    pub claim: Option<ClaimRow>,
+    pub approvals: Vec<ApprovalDocument>,
+    /// The passkey approvals' texts, when `passkeys` asked for them.
+    pub passkey_texts: Vec<String>,
+}
+
 /// The statements a transaction runs. Times are Unix microseconds, amounts minor units.
 pub(super) trait Tx:
     super::passkeys::PasskeyTx + super::log::LogTx + super::agents::AgentTx
@@ -198,4 +226,25 @@ pub(super) trait Tx:
 
     /// The last `limit` decisions on `complete_checkout`, newest first (for the approval page).
     fn recent_decisions(&mut self, limit: i64) -> Result<Vec<super::Decided>, StoreError>;
+
+    /// Everything the gate reads after its locks, as the statements above would read it one by
+    /// one (which is what this does). PostgreSQL sends them all in one round trip instead.
+    fn gate_reads(&mut self, keys: &GateKeys<'_>) -> Result<GateReads, StoreError> {
+        Ok(GateReads {
+            window_sum: self.bucket_sum(keys.currency, keys.from_hour)?,
+            agent_window_sum: match keys.agent_account {
+                Some(account) => self.bucket_sum(account, keys.from_hour)?,
+                None => 0,
+            },
+            row: self.ledger_row(keys.checkout_id)?,
+            frozen: self.frozen()?,
+            claim: self.claim_get(keys.checkout_id)?,
+            approvals: self.approval_documents(keys.request_id)?,
+            passkey_texts: if keys.passkeys {
+                self.passkey_approval_texts(keys.request_id)?
+            } else {
+                Vec::new()
+            },
+        })
+    }
 }

@@ -11,6 +11,8 @@ use crate::store::passkeys::{
 
 const LIST: &str = "SELECT credential_id, name, algorithm, public_key, sign_count, aaguid, backup_eligible, created_at
      FROM passkeys WHERE removed_at IS NULL ORDER BY created_at, credential_id";
+pub(super) const APPROVAL_TEXTS: &str =
+    "SELECT document FROM passkey_approvals WHERE request_id = $1 ORDER BY filed_at, nonce";
 const GET: &str = "SELECT credential_id, name, algorithm, public_key, sign_count, aaguid, backup_eligible, created_at
      FROM passkeys WHERE credential_id = $1 AND removed_at IS NULL";
 
@@ -160,10 +162,7 @@ impl PasskeyTx for PgTx<'_> {
     }
 
     fn passkey_approval_texts(&mut self, id: &RequestId) -> Result<Vec<String>, StoreError> {
-        let rows = self.query(
-            "SELECT document FROM passkey_approvals WHERE request_id = $1 ORDER BY filed_at, nonce",
-            &[&id.as_str()],
-        )?;
+        let rows = self.query(APPROVAL_TEXTS, &[&id.as_str()])?;
         rows.iter().map(|r| self.get(r, 0)).collect()
     }
 }

@@ -5,8 +5,13 @@ use std::collections::BTreeMap;
 use cajaguard_core::approval::{ApprovalDocument, RequestId};
 use cajaguard_core::effect::PendingRequest;
 
-use super::transaction::PgTx;
-use crate::store::tx::{ClaimRow, LedgerRow, ReleasedBy, Reservation, State, Tx};
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use super::transaction::{Params, PgTx};
+use crate::store::tx::{
+    ClaimRow, GateKeys, GateReads, LedgerRow, ReleasedBy, Reservation, State, Tx,
+};
 use crate::store::{InFlight, PendingRow, StoreError, WindowSpend, pending};
 
 /// The gate's window sum: a range scan of the `spend_buckets` primary key, never the ledger.
@@ -38,28 +43,8 @@ impl Tx for PgTx<'_> {
     }
 
     fn ledger_row(&mut self, checkout_id: &str) -> Result<Option<LedgerRow>, StoreError> {
-        let Some(row) = self.query_opt(
-            "SELECT idempotency_key, currency, reserved, charged, state, hour, digest, reserved_at,
-                    COALESCE(released_by = 'reconcile', FALSE), agent FROM ledger
-             WHERE checkout_id = $1 FOR UPDATE",
-            &[&checkout_id],
-        )?
-        else {
-            return Ok(None);
-        };
-        let state: String = self.get(&row, 4)?;
-        Ok(Some(LedgerRow {
-            idempotency_key: self.get(&row, 0)?,
-            currency: self.get(&row, 1)?,
-            reserved: self.get(&row, 2)?,
-            charged: self.get(&row, 3)?,
-            state: State::parse(&state)?,
-            hour: self.get(&row, 5)?,
-            digest: self.get(&row, 6)?,
-            reserved_at_us: self.get(&row, 7)?,
-            revisit: self.get(&row, 8)?,
-            agent: self.get(&row, 9)?,
-        }))
+        let row = self.query_opt(LEDGER_ROW, &[&checkout_id])?;
+        row.map(|row| self.ledger_row_of(&row)).transpose()
     }
 
     fn bump(
@@ -157,17 +142,8 @@ impl Tx for PgTx<'_> {
     }
 
     fn claim_get(&mut self, checkout_id: &str) -> Result<Option<ClaimRow>, StoreError> {
-        let Some(row) = self.query_opt(
-            "SELECT idempotency_key, claimed_at FROM claims WHERE checkout_id = $1",
-            &[&checkout_id],
-        )?
-        else {
-            return Ok(None);
-        };
-        Ok(Some(ClaimRow {
-            idempotency_key: self.get(&row, 0)?,
-            claimed_at_us: self.get(&row, 1)?,
-        }))
+        let row = self.query_opt(CLAIM, &[&checkout_id])?;
+        row.map(|row| self.claim_of(&row)).transpose()
     }
 
     fn claim_put(
@@ -217,14 +193,9 @@ impl Tx for PgTx<'_> {
     }
 
     fn frozen(&mut self) -> Result<Option<(i64, String)>, StoreError> {
-        let Some(row) = self.query_opt(
-            "SELECT frozen_at, reason FROM payment_freeze WHERE id = 1",
-            &[],
-        )?
-        else {
-            return Ok(None);
-        };
-        Ok(Some((self.get(&row, 0)?, self.get(&row, 1)?)))
+        let row = self.query_opt(FROZEN, &[])?;
+        row.map(|row| Ok((self.get(&row, 0)?, self.get(&row, 1)?)))
+            .transpose()
     }
 
     fn freeze_put(&mut self, at_us: i64, reason: &str) -> Result<(), StoreError> {
@@ -287,22 +258,8 @@ impl Tx for PgTx<'_> {
     }
 
     fn approval_documents(&mut self, id: &RequestId) -> Result<Vec<ApprovalDocument>, StoreError> {
-        let rows = self.query(
-            "SELECT nonce, document FROM approvals WHERE request_id = $1 ORDER BY filed_at, nonce",
-            &[&id.as_str()],
-        )?;
-        let mut docs = Vec::new();
-        for row in &rows {
-            let nonce: String = self.get(row, 0)?;
-            let text: String = self.get(row, 1)?;
-            // As with a broken file: skipped, never a reason for the gate to fail or to pass.
-            match ApprovalDocument::from_json(&text) {
-                Ok(doc) => docs.push(doc),
-                Err(e) => tracing::warn!(request_id = id.as_str(), nonce, error = %e,
-                    "skipping a stored approval that does not parse"),
-            }
-        }
-        Ok(docs)
+        let rows = self.query(APPROVALS, &[&id.as_str()])?;
+        self.approvals_of(id, &rows)
     }
 
     fn is_used(&mut self, nonce: &str) -> Result<bool, StoreError> {
@@ -394,5 +351,138 @@ impl Tx for PgTx<'_> {
                 })
             })
             .collect()
+    }
+
+    fn gate_reads(&mut self, keys: &GateKeys<'_>) -> Result<GateReads, StoreError> {
+        // One round trip for all of them (with the locks queued before them): see transaction.rs.
+        let id = keys.request_id.as_str();
+        let agent_account = keys.agent_account.unwrap_or("");
+        let window_params: [&(dyn ToSql + Sync); 2] = [&keys.currency, &keys.from_hour];
+        let checkout_params: [&(dyn ToSql + Sync); 1] = [&keys.checkout_id];
+        let request_params: [&(dyn ToSql + Sync); 1] = [&id];
+        let agent_params: [&(dyn ToSql + Sync); 2] = [&agent_account, &keys.from_hour];
+        let mut reads: Vec<(&'static str, &Params<'_>)> = vec![
+            (WINDOW_SUM, &window_params),
+            (LEDGER_ROW, &checkout_params),
+            (FROZEN, &[]),
+            (CLAIM, &checkout_params),
+            (APPROVALS, &request_params),
+        ];
+        if keys.agent_account.is_some() {
+            reads.push((WINDOW_SUM, &agent_params));
+        }
+        if keys.passkeys {
+            reads.push((super::passkeys::APPROVAL_TEXTS, &request_params));
+        }
+        let mut answers = self.query_all(&reads)?.into_iter();
+        let mut next = || {
+            answers.next().ok_or_else(|| {
+                StoreError::Inconsistent("the store answered fewer reads than the gate sent".into())
+            })
+        };
+        let window = next()?;
+        let ledger = next()?;
+        let frozen = next()?;
+        let claim = next()?;
+        let approvals = next()?;
+        let agent_window = if keys.agent_account.is_some() {
+            Some(next()?)
+        } else {
+            None
+        };
+        let passkey_texts = if keys.passkeys { Some(next()?) } else { None };
+        Ok(GateReads {
+            window_sum: self.sum_of(&window)?,
+            agent_window_sum: match agent_window {
+                Some(rows) => self.sum_of(&rows)?,
+                None => 0,
+            },
+            row: one(ledger)?
+                .map(|row| self.ledger_row_of(&row))
+                .transpose()?,
+            frozen: one(frozen)?
+                .map(|row| Ok::<_, StoreError>((self.get(&row, 0)?, self.get(&row, 1)?)))
+                .transpose()?,
+            claim: one(claim)?.map(|row| self.claim_of(&row)).transpose()?,
+            approvals: self.approvals_of(keys.request_id, &approvals)?,
+            passkey_texts: match passkey_texts {
+                Some(rows) => rows
+                    .iter()
+                    .map(|r| self.get(r, 0))
+                    .collect::<Result<_, _>>()?,
+                None => Vec::new(),
+            },
+        })
+    }
+}
+
+const LEDGER_ROW: &str =
+    "SELECT idempotency_key, currency, reserved, charged, state, hour, digest, reserved_at,
+        COALESCE(released_by = 'reconcile', FALSE), agent FROM ledger
+ WHERE checkout_id = $1 FOR UPDATE";
+const CLAIM: &str = "SELECT idempotency_key, claimed_at FROM claims WHERE checkout_id = $1";
+const FROZEN: &str = "SELECT frozen_at, reason FROM payment_freeze WHERE id = 1";
+const APPROVALS: &str =
+    "SELECT nonce, document FROM approvals WHERE request_id = $1 ORDER BY filed_at, nonce";
+
+/// At most one row, as a primary-key read returns.
+fn one(mut rows: Vec<Row>) -> Result<Option<Row>, StoreError> {
+    if rows.len() > 1 {
+        return Err(StoreError::Inconsistent(format!(
+            "a read by a primary key returned {} rows",
+            rows.len()
+        )));
+    }
+    Ok(rows.pop())
+}
+
+impl PgTx<'_> {
+    fn sum_of(&self, rows: &[Row]) -> Result<i64, StoreError> {
+        match rows.first() {
+            Some(row) => self.get(row, 0),
+            None => Ok(0),
+        }
+    }
+
+    fn ledger_row_of(&self, row: &Row) -> Result<LedgerRow, StoreError> {
+        let state: String = self.get(row, 4)?;
+        Ok(LedgerRow {
+            idempotency_key: self.get(row, 0)?,
+            currency: self.get(row, 1)?,
+            reserved: self.get(row, 2)?,
+            charged: self.get(row, 3)?,
+            state: State::parse(&state)?,
+            hour: self.get(row, 5)?,
+            digest: self.get(row, 6)?,
+            reserved_at_us: self.get(row, 7)?,
+            revisit: self.get(row, 8)?,
+            agent: self.get(row, 9)?,
+        })
+    }
+
+    fn claim_of(&self, row: &Row) -> Result<ClaimRow, StoreError> {
+        Ok(ClaimRow {
+            idempotency_key: self.get(row, 0)?,
+            claimed_at_us: self.get(row, 1)?,
+        })
+    }
+
+    fn approvals_of(
+        &self,
+        id: &RequestId,
+        rows: &[Row],
+    ) -> Result<Vec<ApprovalDocument>, StoreError> {
+        let mut docs = Vec::new();
+        for row in rows {
+            let nonce: String = self.get(row, 0)?;
+            let text: String = self.get(row, 1)?;
+            // As with a broken file: skipped, never a reason for the gate to fail or to pass.
+            match ApprovalDocument::from_json(&text) {
+                Ok(doc) => docs.push(doc),
+                Err(e) => tracing::warn!(request_id = id.as_str(), nonce, error = %e,
+                    "skipping a stored approval that does not parse"),
+            }
+        }
+        Ok(docs)
     }
 }
