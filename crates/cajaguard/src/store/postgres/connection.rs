@@ -217,7 +217,7 @@ impl Postgres {
         self.run_pg(&mut |tx| f(tx))
     }
 
-    fn run_pg<T>(
+    pub(super) fn run_pg<T>(
         &self,
         f: &mut dyn FnMut(&mut PgTx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {

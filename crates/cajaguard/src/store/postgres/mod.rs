@@ -16,17 +16,19 @@
 //! expected with this lock order, but a transaction that hits one, or a serialization failure, is
 //! retried up to [`ATTEMPTS`] times as a whole (`decide` is pure, so running it again is safe).
 //!
-//! **Connection loss fails closed.** There is one connection per store, opened with a bounded
+//! **Connection loss fails closed.** Each store keeps a pool of up to 8 connections
+//! (`connection::POOL_SIZE`), each opened with a bounded
 //! [`CONNECT_TIMEOUT`]; a lost connection is dropped and the call is refused
-//! ([`StoreError::Unavailable`]); the next call connects again. A transaction whose commit was cut
-//! off may or may not have committed: the caller refuses the call either way (nothing is
-//! forwarded), and a reservation that did commit stays in flight, counting against the window
-//! (fail closed) until a later call for that checkout replaces it.
+//! ([`StoreError::Unavailable`]), unless it was lost before `COMMIT` went out (nothing applied),
+//! when the transaction runs once more on a new one. A transaction whose commit was cut off may or
+//! may not have committed: the caller refuses the call either way (nothing is forwarded), and a
+//! reservation that did commit stays in flight, counting against the window (fail closed) until a
+//! later call for that checkout replaces it.
 //!
-//! The `postgres` crate is synchronous (it runs tokio-postgres on a small tokio runtime of its own,
-//! blocking the caller for each call), which keeps the proxy's code free of async and of `.await`
-//! inside the transaction; no other runtime is on the proxy's path (`cajaguard web` runs its own,
-//! docs/DEPENDENCIES.md).
+//! **Pipelined.** Statements whose results nobody reads are queued and sent with the next one that
+//! is read, in one round trip (`transaction.rs`); each connection runs on a current-thread tokio
+//! runtime of its own, driven only while a call blocks on it, so the proxy's code has no async and
+//! no `.await` inside the transaction (docs/DEPENDENCIES.md).
 //!
 //! `connection.rs` holds the connection and its failures, `transaction.rs` one transaction's
 //! prepared statements, `statements.rs` the SQL, `migrations/` the schema. Without the `postgres`
@@ -47,6 +49,8 @@ mod missing;
 mod passkeys;
 #[cfg(feature = "postgres")]
 mod statements;
+#[cfg(all(test, feature = "postgres"))]
+mod tests;
 #[cfg(feature = "postgres")]
 mod transaction;
 

@@ -85,6 +85,8 @@ impl<'c> PgTx<'c> {
     /// Sends what is queued with `COMMIT`, and checks every answer.
     pub(super) fn commit(mut self) -> Result<(), StoreError> {
         if self.failed {
+            // Rolled back here, so the connection goes back to the pool outside a transaction.
+            self.rollback()?;
             return Err(StoreError::Inconsistent(
                 "a statement of this transaction failed and its error was not passed on; nothing was applied".into(),
             ));

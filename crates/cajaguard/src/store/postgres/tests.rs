@@ -1,0 +1,201 @@
+//! The pipelined transaction and the pool against a real server (`CAJAGUARD_TEST_POSTGRES_URL`;
+//! without it each test says so and does nothing else).
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::mpsc;
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use cajaguard_harness::pg;
+
+use super::Postgres;
+use super::connection::POOL_SIZE;
+use crate::store::StoreError;
+
+fn open(test: &str) -> Option<(pg::Schema, Postgres)> {
+    let schema = pg::schema_or_notice(test)?;
+    let store = Postgres::open(&schema.url).unwrap();
+    store
+        .run_pg(&mut |tx| {
+            tx.execute("CREATE TABLE probe (id BIGINT PRIMARY KEY, note TEXT)", &[])
+                .map(|_| ())
+        })
+        .unwrap();
+    Some((schema, store))
+}
+
+fn probe_count(store: &Postgres) -> i64 {
+    store
+        .run_pg(&mut |tx| {
+            let row = tx.query_opt("SELECT count(*) FROM probe", &[])?.unwrap();
+            tx.get(&row, 0)
+        })
+        .unwrap()
+}
+
+fn sqlstate(e: &StoreError) -> Option<String> {
+    match e {
+        StoreError::Postgres { source, .. } => source.code().map(|c| c.code().to_owned()),
+        _ => None,
+    }
+}
+
+#[test]
+fn queued_statements_run_before_the_read_that_sends_them() {
+    let Some((_schema, store)) = open("queued_statements_run_before_the_read_that_sends_them")
+    else {
+        return;
+    };
+    let seen: i64 = store
+        .run_pg(&mut |tx| {
+            for id in 1..=3_i64 {
+                tx.defer(
+                    "INSERT INTO probe (id, note) VALUES ($1, $2)",
+                    &[&id, &"queued"],
+                )?;
+            }
+            let row = tx.query_opt("SELECT count(*) FROM probe", &[])?.unwrap();
+            tx.get(&row, 0)
+        })
+        .unwrap();
+    assert_eq!(seen, 3, "the read sent after the queued inserts sees them");
+    assert_eq!(probe_count(&store), 3, "and the commit keeps them");
+}
+
+#[test]
+fn a_queued_failure_is_the_error_returned_and_nothing_is_applied() {
+    let Some((_schema, store)) =
+        open("a_queued_failure_is_the_error_returned_and_nothing_is_applied")
+    else {
+        return;
+    };
+    let result: Result<(), StoreError> = store.run_pg(&mut |tx| {
+        tx.defer("INSERT INTO probe (id, note) VALUES (1, 'first')", &[])?;
+        // A duplicate key: the server fails the transaction here, and refuses the rest (25P02).
+        tx.defer("INSERT INTO probe (id, note) VALUES (1, 'again')", &[])?;
+        tx.defer("INSERT INTO probe (id, note) VALUES (2, 'after')", &[])?;
+        tx.query("SELECT 1", &[])?;
+        Ok(())
+    });
+    let error = result.unwrap_err();
+    assert_eq!(
+        sqlstate(&error).as_deref(),
+        Some("23505"),
+        "the first failure is reported, not the refusals after it: {error:?}"
+    );
+    assert_eq!(probe_count(&store), 0);
+}
+
+#[test]
+fn a_transaction_whose_error_was_dropped_is_never_committed() {
+    let Some((_schema, store)) = open("a_transaction_whose_error_was_dropped_is_never_committed")
+    else {
+        return;
+    };
+    let result: Result<(), StoreError> = store.run_pg(&mut |tx| {
+        tx.defer("INSERT INTO probe (id, note) VALUES (1, 'kept?')", &[])?;
+        tx.defer("INSERT INTO probe (id, note) VALUES (1, 'duplicate')", &[])?;
+        // A caller that drops the error: COMMIT would be answered as a rollback, without error.
+        let _ = tx.query("SELECT 1", &[]);
+        Ok(())
+    });
+    assert!(
+        matches!(result, Err(StoreError::Inconsistent(_))),
+        "{result:?}"
+    );
+    assert_eq!(probe_count(&store), 0);
+    // The connection went back clean: the next transaction works.
+    store
+        .run_pg(&mut |tx| {
+            tx.execute("INSERT INTO probe (id) VALUES (9)", &[])
+                .map(|_| ())
+        })
+        .unwrap();
+    assert_eq!(probe_count(&store), 1);
+}
+
+#[test]
+fn the_pool_runs_its_connections_at_once_and_no_more() {
+    let Some((schema, store)) = open("the_pool_runs_its_connections_at_once_and_no_more") else {
+        return;
+    };
+    let store = Arc::new(store);
+    // Every holder waits inside its transaction until all of them are in theirs: this only
+    // passes if POOL_SIZE transactions run at the same time.
+    let all_in = Arc::new(Barrier::new(POOL_SIZE + 1));
+    let release = Arc::new(Barrier::new(POOL_SIZE + 1));
+    let holders: Vec<_> = (0..POOL_SIZE)
+        .map(|i| {
+            let (store, all_in, release) = (store.clone(), all_in.clone(), release.clone());
+            std::thread::spawn(move || {
+                let mut waited = false;
+                let result = store.run_pg(&mut |tx| {
+                    let id = i64::try_from(i).unwrap();
+                    tx.execute("INSERT INTO probe (id) VALUES ($1)", &[&id])?;
+                    waited = true;
+                    all_in.wait();
+                    release.wait();
+                    Ok(())
+                });
+                if !waited {
+                    // No connection came (a smaller pool): fail the test instead of hanging it.
+                    all_in.wait();
+                    release.wait();
+                }
+                result.unwrap();
+            })
+        })
+        .collect();
+    all_in.wait();
+    let (done_tx, done_rx) = mpsc::channel();
+    let extra = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let result = store.run_pg(&mut |tx| tx.query("SELECT 1", &[]).map(|_| ()));
+            done_tx.send(result.is_ok()).unwrap();
+        })
+    };
+    assert!(
+        done_rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "a transaction beyond the pool's size waits for a connection"
+    );
+    let open_now = count_connections(&schema);
+    release.wait();
+    assert!(done_rx.recv().unwrap(), "and runs once one comes back");
+    for holder in holders {
+        holder.join().unwrap();
+    }
+    extra.join().unwrap();
+    assert_eq!(open_now, i64::try_from(POOL_SIZE).unwrap());
+    assert_eq!(probe_count(&store), i64::try_from(POOL_SIZE).unwrap());
+}
+
+fn count_connections(schema: &pg::Schema) -> i64 {
+    let row = schema
+        .client()
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+            &[&schema.name],
+        )
+        .unwrap();
+    // The client asking is one of them.
+    row.get::<_, i64>(0) - 1
+}
+
+#[test]
+fn a_connection_cut_while_idle_is_replaced_and_the_transaction_runs() {
+    let Some((schema, store)) =
+        open("a_connection_cut_while_idle_is_replaced_and_the_transaction_runs")
+    else {
+        return;
+    };
+    assert!(schema.terminate_connections() >= 1);
+    store
+        .run_pg(&mut |tx| {
+            tx.defer("INSERT INTO probe (id) VALUES (1)", &[])?;
+            tx.query("SELECT 1", &[]).map(|_| ())
+        })
+        .unwrap();
+    assert_eq!(probe_count(&store), 1);
+}
