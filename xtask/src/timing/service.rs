@@ -112,11 +112,13 @@ fn measure(t: &mut Timing, dir: &Path, disk: &str, sizes: Sizes) -> Result<()> {
     // Where the service's share goes: a request refused before the store (no token: axum and
     // the HTTP exchange alone), and one answered by the service itself (tools/list: the token
     // lookup, the session, the proxy's dispatch; no shop, no call thread).
+    // Its POST has an empty body: the service refuses before reading a body, and the HTTP
+    // server closes a connection whose body was left unread, so a body would make the next probe
+    // fail on (or reconnect) a closed connection instead of timing the exchange.
     let client = cajaguard_harness::service::client();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
     let unauthorized = time_n(sizes.service_round_trip, || {
         let reply =
-            cajaguard_harness::service::send_with(&client, "POST", &served.url, &[], Some(&body));
+            cajaguard_harness::service::send_with(&client, "POST", &served.url, &[], Some(""));
         if reply.status != 401 {
             bail!("expected 401, got {}", reply.status);
         }
