@@ -332,3 +332,63 @@ fn a_session_sees_its_own_status_and_never_another_agents_request() {
     assert_eq!(stdio.approval_status(&s.a_request), "pending");
     assert_eq!(stdio.approval_status(&s.b_request), "pending");
 }
+
+/// Which thread wrote each line a session answered.
+#[derive(Clone, Default)]
+struct Writers(Arc<Mutex<Vec<std::thread::ThreadId>>>);
+
+impl Write for Writers {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().push(std::thread::current().id());
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The service gives each message a blocking-pool thread of its own and runs it there with
+/// `handle_message_here`: a tool call, forwarded or CajaGuard's own, is answered on that thread
+/// before it returns, with no thread started for it.
+#[test]
+fn a_message_given_its_own_thread_has_its_tool_call_answered_on_it() {
+    let world = World::new();
+    let policy = Arc::new(policy(&world));
+    let store = Store::for_policy(&policy).unwrap();
+    let clock: Clock = Arc::new(OffsetDateTime::now_utc);
+    let proxy = Proxy::start(
+        policy.clone(),
+        cajaguard::keys::counted_trusted_keys(&policy).unwrap(),
+        Arc::new(store),
+        clock,
+        Box::new(Lines::default()),
+    )
+    .unwrap();
+    let writers = Writers::default();
+    let session = proxy.session(agent("ci-bot"), Box::new(writers.clone()));
+    session.handle_message_here(
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+            .to_string(),
+    );
+    session.handle_message_here(
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+    );
+    let here = std::thread::current().id();
+    let calls = [
+        json!({"name": "get_checkout", "arguments": cajaguard_harness::get_args("gid://fixture/Checkout/none")}),
+        json!({"name": "cajaguard_status", "arguments": {}}),
+    ];
+    for (n, params) in calls.into_iter().enumerate() {
+        let before = writers.0.lock().unwrap().len();
+        session.handle_message_here(
+            json!({"jsonrpc": "2.0", "id": n + 1, "method": "tools/call", "params": params})
+                .to_string(),
+        );
+        let written = writers.0.lock().unwrap()[before..].to_vec();
+        assert_eq!(
+            written,
+            [here],
+            "call {n}: answered once, on the caller's thread, before handle_message_here returned"
+        );
+    }
+}

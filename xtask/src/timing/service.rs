@@ -111,12 +111,15 @@ fn measure(t: &mut Timing, dir: &Path, disk: &str, sizes: Sizes) -> Result<()> {
 
     // Where the service's share goes: a request refused before the store (no token: axum and
     // the HTTP exchange alone), and one answered by the service itself (tools/list: the token
-    // lookup, the session, the proxy's dispatch; no shop, no call thread).
+    // confirmed from memory, since the calls above confirmed it less than a second ago; the
+    // session, the proxy's dispatch on the blocking pool; no shop).
+    // Its POST has an empty body: the service refuses before reading a body, and the HTTP
+    // server closes a connection whose body was left unread, so a body would make the next probe
+    // fail on (or reconnect) a closed connection instead of timing the exchange.
     let client = cajaguard_harness::service::client();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
     let unauthorized = time_n(sizes.service_round_trip, || {
         let reply =
-            cajaguard_harness::service::send_with(&client, "POST", &served.url, &[], Some(&body));
+            cajaguard_harness::service::send_with(&client, "POST", &served.url, &[], Some(""));
         if reply.status != 401 {
             bail!("expected 401, got {}", reply.status);
         }
@@ -137,7 +140,7 @@ fn measure(t: &mut Timing, dir: &Path, disk: &str, sizes: Sizes) -> Result<()> {
     })?;
     t.push(
         "service_tools_list",
-        "breakdown: tools/list through `cajaguard serve` (token looked up in the store, session, dispatch; answered without the shop)",
+        "breakdown: tools/list through `cajaguard serve` (token confirmed from memory, session, dispatch on the blocking pool; answered without the shop, 15 KB)",
         Summary::of(&listed),
         "http_fixture",
     );

@@ -24,7 +24,7 @@ pub enum Command {
     Add(NameArgs),
     /// The agents with a token, and those in serve.agents still without one.
     List(ListArgs),
-    /// Take an agent's token away (the service refuses it from the next request on).
+    /// Take an agent's token away (the service refuses it within 1 s: `service::TOKEN_RECHECK`).
     Remove(NameArgs),
 }
 

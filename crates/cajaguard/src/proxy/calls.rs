@@ -11,7 +11,7 @@ use cajaguard_wire::rawjson::RawObject;
 use serde_json::value::RawValue;
 
 use super::downstream::Done;
-use super::{Answer, Proxy, Reply, ShopError, lock, shop_failure, tools};
+use super::{Answer, CallsOn, Proxy, Reply, ShopError, lock, shop_failure, tools};
 
 /// Agents may not keep more tool calls than this in flight at once: a call storm is answered with
 /// errors instead of threads.
@@ -25,9 +25,10 @@ pub(super) struct CallState {
 }
 
 impl Proxy {
-    /// Starts one `tools/call`: refused when too many are in flight, forwarded inline when it can
-    /// be, else run on a thread of its own; answered (unless cancelled) by [`Proxy::finish_call`].
-    pub(super) fn spawn_call(self: &Arc<Proxy>, envelope: Envelope, era: Era) {
+    /// Starts one `tools/call`: refused when too many are in flight; on the caller's thread when
+    /// it is the message's own (`ThisThread`), else forwarded inline when it can be, else run on a
+    /// thread of its own; answered (unless cancelled) by [`Proxy::finish_call`].
+    pub(super) fn spawn_call(self: &Arc<Proxy>, envelope: Envelope, era: Era, calls_on: CallsOn) {
         let Some(id) = envelope.id else { return };
         if self.calls_in_flight.fetch_add(1, Ordering::AcqRel) >= MAX_CALLS_IN_FLIGHT {
             self.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -40,6 +41,12 @@ impl Proxy {
         }
         lock(&self.calls).insert(jsonrpc::id_key(&id), CallState::default());
         let params = envelope.params;
+        if calls_on == CallsOn::ThisThread {
+            // The caller's thread is this message's anyway; starting another (and waking it, and
+            // being woken by it) was a large share of a forwarded call through the service.
+            self.run_call(&id, params.as_deref(), era);
+            return;
+        }
         if let Some(raw) = params.as_deref()
             && self.forward_inline(&id, raw, era)
         {
@@ -49,24 +56,7 @@ impl Proxy {
         let call_id = id.clone();
         let spawned = std::thread::Builder::new()
             .name("tool-call".into())
-            .spawn(move || {
-                // A bug must not leave the agent waiting for an answer that never comes: a panic is
-                // answered as an internal error (a payment already reserved stays counted).
-                let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    proxy.call_tool(&call_id, params.as_deref())
-                }))
-                .unwrap_or_else(|_| {
-                    tracing::error!(
-                        "a tool call failed inside CajaGuard; answered as an internal error"
-                    );
-                    Answer::ErrorLine(jsonrpc::error(
-                        Some(&call_id),
-                        jsonrpc::INTERNAL_ERROR,
-                        "CajaGuard failed on this call; nothing was forwarded after the failure",
-                    ))
-                });
-                proxy.finish_call(&call_id, answer, era);
-            });
+            .spawn(move || proxy.run_call(&call_id, params.as_deref(), era));
         if spawned.is_err() {
             tracing::error!("cannot start a thread for a tool call");
             self.finish_call(
@@ -79,6 +69,25 @@ impl Proxy {
                 era,
             );
         }
+    }
+
+    /// Runs one call to its end and answers it. A bug must not leave the agent waiting for an
+    /// answer that never comes: a panic is answered as an internal error (a payment already
+    /// reserved stays counted).
+    fn run_call(&self, id: &RawValue, params: Option<&RawValue>, era: Era) {
+        let answer =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.call_tool(id, params)))
+                .unwrap_or_else(|_| {
+                    tracing::error!(
+                        "a tool call failed inside CajaGuard; answered as an internal error"
+                    );
+                    Answer::ErrorLine(jsonrpc::error(
+                        Some(id),
+                        jsonrpc::INTERNAL_ERROR,
+                        "CajaGuard failed on this call; nothing was forwarded after the failure",
+                    ))
+                });
+        self.finish_call(id, answer, era);
     }
 
     /// The fast path for a plain forwarded call (not gated, not ours, tripwire clean, shop live over

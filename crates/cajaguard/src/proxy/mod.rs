@@ -176,7 +176,14 @@ impl Proxy {
     /// One message from the agent, as one line of `cajaguard mcp`'s stdio would carry it. Its
     /// answer (if any) is written to the session's output, at once or from the call's thread.
     pub fn handle_message(self: &Arc<Proxy>, message: String) {
-        self.dispatch(message);
+        self.dispatch(message, CallsOn::OwnThread);
+    }
+
+    /// [`Proxy::handle_message`] for a caller that gave this message a thread of its own (the
+    /// service, on its blocking pool, one message per admission): a tool call runs here, to its
+    /// end, instead of on a thread started for it. Returns once the answer (if any) is written.
+    pub fn handle_message_here(self: &Arc<Proxy>, message: String) {
+        self.dispatch(message, CallsOn::ThisThread);
     }
 
     /// Writes an audit log checkpoint now (the service at shutdown).
@@ -205,11 +212,11 @@ impl Proxy {
                 }
                 Line::Message(line) => line,
             };
-            self.dispatch(line);
+            self.dispatch(line, CallsOn::OwnThread);
         }
     }
 
-    fn dispatch(self: &Arc<Proxy>, line: String) {
+    fn dispatch(self: &Arc<Proxy>, line: String, calls_on: CallsOn) {
         // A line break is JSON whitespace between tokens, but to a stdio shop it ends a message:
         // one left in `params` would make the rest of the line a request of its own, forwarded
         // past the gate. So none ever gets that far (a `\r` inside a stdio line included; an
@@ -252,7 +259,7 @@ impl Proxy {
             "server/discover" => Answer::Result(era::discover_result(&server_info(), INSTRUCTIONS)),
             "ping" => Answer::Result("{}".to_owned()),
             "tools/list" => self.list_tools(id),
-            "tools/call" => return self.spawn_call(envelope, era),
+            "tools/call" => return self.spawn_call(envelope, era, calls_on),
             _ => Answer::ErrorLine(jsonrpc::error(
                 Some(id),
                 jsonrpc::METHOD_NOT_FOUND,
@@ -469,6 +476,16 @@ impl Proxy {
             tracing::error!("cannot write to the agent: {e}");
         }
     }
+}
+
+/// Where a tool call runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CallsOn {
+    /// A thread of its own (or inline to a stdio shop): the caller is a reader that must go on
+    /// reading.
+    OwnThread,
+    /// The caller's thread, which is the message's own.
+    ThisThread,
 }
 
 /// Methods the proxy serves (bad `params` for them are -32602, not -32600).

@@ -2,7 +2,8 @@
 //! `/metrics`. Every `/mcp` request is checked in this order, and nothing later runs for one that
 //! fails: `Origin` (403), the bearer token (401), the session (404), then the message, which runs
 //! on the blocking pool (the proxy and the store are synchronous; no transaction sits in a
-//! future).
+//! future), a tool call included. A token the store confirmed within [`super::TOKEN_RECHECK`]
+//! is checked without leaving the runtime; any other is looked up on the blocking pool.
 //!
 //! Every refusal on `/mcp` is `application/json`: a JSON-RPC error with `id: null` (the body was
 //! not read) whose message says what to do. Streamable HTTP lets the body of an HTTP error carry
@@ -39,8 +40,14 @@ pub fn serve(
     answer_within: Duration,
 ) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread for the async side: it only reads headers and bodies, checks them and waits for
+    // answers (every store or shop call is on the blocking pool), and with two workers a request
+    // was often handed from one to the other, a context switch that cost more than the work.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        // Every admitted message holds a blocking thread until its answer (a tool call runs on
+        // it), so the pool has one per admission and as many again as one agent may hold for
+        // the short tasks outside admission (token lookups): those never queue behind calls.
+        .max_blocking_threads(super::MAX_IN_FLIGHT + super::MAX_IN_FLIGHT_PER_AGENT)
         .enable_io()
         .enable_time()
         .build()?;
@@ -114,6 +121,14 @@ fn json(status: StatusCode, body: String) -> Response {
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// How the wait for a request's answer ended.
+enum Waited {
+    /// The answer, or `None` when it can no longer come.
+    Answer(Option<String>),
+    /// The message's task panicked.
+    Failed,
 }
 
 fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
@@ -199,22 +214,27 @@ async fn mcp(State(state): State<Shared>, request: axum::extract::Request) -> Re
             "this Origin may not call the gate: add it to serve.allowed_origins if it should",
         );
     }
-    // On the blocking pool: the token is looked up in the store (a PostgreSQL round trip), and
-    // an OAuth key set may be fetched again for an unknown key id.
-    let authorization = header_text(&headers, "authorization").map(str::to_owned);
-    let checking = service.clone();
-    let checked =
-        tokio::task::spawn_blocking(move || checking.authenticate(authorization.as_deref())).await;
-    let agent = match checked {
-        Ok(Ok(agent)) => agent,
-        Ok(Err(why)) => return unauthorized(&service, &headers, &why),
-        Err(_) => {
-            return unauthorized(
-                &service,
-                &headers,
-                &Unauthenticated::Invalid("the token check failed".to_owned()),
-            );
+    // A token the store confirmed a moment ago is answered here; any other goes to the blocking
+    // pool: it is looked up in the store (a PostgreSQL round trip), and an OAuth key set may be
+    // fetched again for an unknown key id.
+    let authorization = header_text(&headers, "authorization");
+    let checked = match service.authenticate_at_once(authorization) {
+        Some(checked) => checked,
+        None => {
+            let authorization = authorization.map(str::to_owned);
+            let checking = service.clone();
+            tokio::task::spawn_blocking(move || checking.authenticate(authorization.as_deref()))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Unauthenticated::Invalid(
+                        "the token check failed".to_owned(),
+                    ))
+                })
         }
+    };
+    let agent = match checked {
+        Ok(agent) => agent,
+        Err(why) => return unauthorized(&service, &headers, &why),
     };
     let session_id = header_text(&headers, SESSION_HEADER).map(str::to_owned);
     match method {
@@ -389,14 +409,14 @@ async fn mcp(State(state): State<Shared>, request: axum::extract::Request) -> Re
     let Some(id) = id else {
         // A notification or a response: nothing comes back.
         let proxy = session.proxy.clone();
-        let _ = tokio::task::spawn_blocking(move || proxy.handle_message(message)).await;
+        let _ = tokio::task::spawn_blocking(move || proxy.handle_message_here(message)).await;
         drop(admitted);
         return Response::builder()
             .status(StatusCode::ACCEPTED)
             .body(Body::empty())
             .unwrap_or_else(|_| text(StatusCode::ACCEPTED, ""));
     };
-    let Some(answer) = session.waiting.expect(&id, admitted) else {
+    let Some(mut answer) = session.waiting.expect(&id, admitted) else {
         return json(
             StatusCode::BAD_REQUEST,
             jsonrpc::error(
@@ -406,21 +426,33 @@ async fn mcp(State(state): State<Shared>, request: axum::extract::Request) -> Re
             ),
         );
     };
+    // The message runs on the blocking pool, a tool call included (its answer is written before
+    // the task ends): the pool has a thread for every admission (`serve`), so no thread is
+    // started per call. The wait for the answer starts now, not when the call is done.
     let proxy = session.proxy.clone();
-    if tokio::task::spawn_blocking(move || proxy.handle_message(message))
-        .await
-        .is_err()
-    {
-        session.waiting.forget(&id);
-        return refusal(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            jsonrpc::INTERNAL_ERROR,
-            "the gate failed on this request",
-        );
-    }
-    let line = match tokio::time::timeout(state.answer_within, answer).await {
-        Ok(Ok(line)) => line,
-        _ => {
+    let mut dispatched = tokio::task::spawn_blocking(move || proxy.handle_message_here(message));
+    let waited = tokio::time::timeout(state.answer_within, async {
+        tokio::select! {
+            biased;
+            line = &mut answer => Waited::Answer(line.ok()),
+            joined = &mut dispatched => match joined {
+                Ok(()) => Waited::Answer((&mut answer).await.ok()),
+                Err(_) => Waited::Failed,
+            },
+        }
+    })
+    .await;
+    let line = match waited {
+        Ok(Waited::Answer(Some(line))) => line,
+        Ok(Waited::Failed) => {
+            session.waiting.forget(&id);
+            return refusal(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                jsonrpc::INTERNAL_ERROR,
+                "the gate failed on this request",
+            );
+        }
+        Ok(Waited::Answer(None)) | Err(_) => {
             // The call may still be at the shop: its payment, if any, settles on its own; its
             // slot and its id stay taken until its answer comes.
             return refusal(

@@ -9,6 +9,7 @@
 mod http;
 pub mod oauth;
 mod session;
+mod tokens;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,6 +21,8 @@ use cajaguard_core::policy::{Policy, ServePolicy};
 use crate::proxy::Proxy;
 pub use http::serve;
 use session::Session;
+pub use tokens::TOKEN_RECHECK;
+use tokens::Tokens;
 
 /// The most sessions (legacy eras) one agent may hold; its oldest idle one goes first.
 pub const MAX_SESSIONS_PER_AGENT: usize = 32;
@@ -61,6 +64,8 @@ pub struct Service {
     /// behind a payment's transactions (nor, on PostgreSQL, behind the currency lock another
     /// host holds), and a payment never waits behind a lookup. `None`: the gate's own.
     tokens: Option<crate::store::Store>,
+    /// Agent tokens the store confirmed less than [`TOKEN_RECHECK`] ago.
+    confirmed: Tokens,
     /// Messages in flight, per agent and in all (see [`Service::admit`]).
     in_flight: Arc<Mutex<InFlight>>,
 }
@@ -116,6 +121,7 @@ impl Service {
             clock,
             sessions: Mutex::new(HashMap::new()),
             tokens,
+            confirmed: Tokens::new(Arc::new(Instant::now)),
             in_flight: Arc::default(),
         })
     }
@@ -142,39 +148,37 @@ impl Service {
         }
     }
 
-    /// The agent an `Authorization` header value names.
-    pub fn authenticate(&self, authorization: Option<&str>) -> Result<AgentId, Unauthenticated> {
-        let Some(value) = authorization else {
-            return Err(Unauthenticated::Missing);
-        };
-        let token = value
-            .strip_prefix("Bearer ")
-            .or_else(|| value.strip_prefix("bearer "))
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or(Unauthenticated::Missing)?;
-        if token.len() > 16 * 1024 {
-            return Err(Unauthenticated::Invalid(
-                "the token is over 16 KiB".to_owned(),
-            ));
+    /// What can be decided about an `Authorization` header value without blocking: a missing or
+    /// malformed one, or an agent token the store confirmed less than [`TOKEN_RECHECK`] ago.
+    /// `None`: the store (or the OAuth check, which may fetch keys) must answer, through
+    /// [`Service::authenticate`] on a thread that may block.
+    pub fn authenticate_at_once(
+        &self,
+        authorization: Option<&str>,
+    ) -> Option<Result<AgentId, Unauthenticated>> {
+        match bearer(authorization) {
+            Err(why) => Some(Err(why)),
+            Ok(Credential::Jwt(_)) if self.jwt.is_none() => Some(Err(jwt_unconfigured())),
+            Ok(Credential::Jwt(_)) => None,
+            Ok(Credential::AgentToken(token)) => self.confirmed.cached(token).map(Ok),
         }
-        // A JWT has three dot-separated parts; an agent token (`cg_agent_...`) has none.
-        if token.split('.').count() == 3 {
-            let Some(jwt) = &self.jwt else {
-                return Err(Unauthenticated::Invalid(
-                    "a JWT, but serve.oauth is not configured".to_owned(),
-                ));
-            };
-            let now = (self.clock)().unix_timestamp();
-            let claim = jwt(token, now).map_err(Unauthenticated::Invalid)?;
-            // OAuth subjects live in their own namespace: a token's claim `ci-bot` must never
-            // become the agent `cajaguard agent add ci-bot` made (its caps, window, approvals).
-            return AgentId::parse(&format!("{OAUTH_PREFIX}{claim}")).map_err(|e| {
-                Unauthenticated::Invalid(format!("the token's agent claim is unusable: {e}"))
-            });
+    }
+
+    /// The agent an `Authorization` header value names. May block: an agent token the store has
+    /// not confirmed within [`TOKEN_RECHECK`] is looked up in it.
+    pub fn authenticate(&self, authorization: Option<&str>) -> Result<AgentId, Unauthenticated> {
+        let token = match bearer(authorization)? {
+            Credential::Jwt(token) => return self.authenticate_jwt(token),
+            Credential::AgentToken(token) => token,
+        };
+        if let Some(agent) = self.confirmed.cached(token) {
+            return Ok(agent);
         }
         let store = self.tokens.as_ref().unwrap_or_else(|| self.base.store());
-        match store.agent_by_token(token) {
+        match self
+            .confirmed
+            .look_up(token, |token| store.agent_by_token(token))
+        {
             Ok(Some(agent)) => Ok(agent),
             Ok(None) => Err(Unauthenticated::Invalid(
                 "no agent has this token (removed, or never made by `cajaguard agent add`)"
@@ -188,6 +192,19 @@ impl Service {
                 ))
             }
         }
+    }
+
+    fn authenticate_jwt(&self, token: &str) -> Result<AgentId, Unauthenticated> {
+        let Some(jwt) = &self.jwt else {
+            return Err(jwt_unconfigured());
+        };
+        let now = (self.clock)().unix_timestamp();
+        let claim = jwt(token, now).map_err(Unauthenticated::Invalid)?;
+        // OAuth subjects live in their own namespace: a token's claim `ci-bot` must never
+        // become the agent `cajaguard agent add ci-bot` made (its caps, window, approvals).
+        AgentId::parse(&format!("{OAUTH_PREFIX}{claim}")).map_err(|e| {
+            Unauthenticated::Invalid(format!("the token's agent claim is unusable: {e}"))
+        })
     }
 
     /// A new session for `agent` (legacy eras, after `initialize`): its id, or `None` when the
@@ -260,6 +277,40 @@ impl Service {
     pub fn base(&self) -> &Arc<Proxy> {
         &self.base
     }
+}
+
+/// What an `Authorization` header carries.
+enum Credential<'a> {
+    /// Three dot-separated parts: an OAuth access token.
+    Jwt(&'a str),
+    /// Anything else (`cg_agent_...`): looked up by its SHA-256.
+    AgentToken(&'a str),
+}
+
+fn bearer(authorization: Option<&str>) -> Result<Credential<'_>, Unauthenticated> {
+    let Some(value) = authorization else {
+        return Err(Unauthenticated::Missing);
+    };
+    let token = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or(Unauthenticated::Missing)?;
+    if token.len() > 16 * 1024 {
+        return Err(Unauthenticated::Invalid(
+            "the token is over 16 KiB".to_owned(),
+        ));
+    }
+    // A JWT has three dot-separated parts; an agent token (`cg_agent_...`) has none.
+    if token.split('.').count() == 3 {
+        return Ok(Credential::Jwt(token));
+    }
+    Ok(Credential::AgentToken(token))
+}
+
+fn jwt_unconfigured() -> Unauthenticated {
+    Unauthenticated::Invalid("a JWT, but serve.oauth is not configured".to_owned())
 }
 
 fn admit(in_flight: &Arc<Mutex<InFlight>>, agent: &AgentId) -> Option<Admitted> {

@@ -67,7 +67,11 @@ impl Endpoint {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
-            agent: config.build().new_agent(),
+            agent: ureq::Agent::with_parts(
+                config.build(),
+                ureq::unversioned::transport::DefaultConnector::default(),
+                LiteralFirst,
+            ),
         })
     }
 
@@ -92,6 +96,40 @@ impl std::fmt::Debug for Endpoint {
             .field("bearer_token_env", &self.token_var())
             .field("headers", &names_only(&self.headers))
             .finish_non_exhaustive()
+    }
+}
+
+/// ureq's resolver, except that an IP address in the URL is used as it is. ureq resolves on a
+/// thread of its own whenever a timeout applies (every call here has one), even an IP literal:
+/// a thread started and joined for each new connection, which on a loopback shop whose event
+/// streams end late (so no connection is reused) was a thread per forwarded call.
+#[derive(Debug)]
+struct LiteralFirst;
+
+impl ureq::unversioned::resolver::Resolver for LiteralFirst {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        let literal = uri.host().and_then(|host| {
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .ok()
+        });
+        let port = uri.port_u16().or_else(|| match uri.scheme_str() {
+            Some("https") => Some(443),
+            Some("http") => Some(80),
+            _ => None,
+        });
+        if let (Some(ip), Some(port)) = (literal, port) {
+            let mut addrs = self.empty();
+            addrs.push(std::net::SocketAddr::new(ip, port));
+            return Ok(addrs);
+        }
+        ureq::unversioned::resolver::DefaultResolver::default().resolve(uri, config, timeout)
     }
 }
 
@@ -153,5 +191,31 @@ mod tests {
         assert!(!shown.contains("key_live_0123456789"), "{shown}");
         assert!(!shown.contains("shpat_secret_token"), "{shown}");
         assert!(!shown.contains("k=v"), "the query is not shown: {shown}");
+    }
+
+    #[test]
+    fn an_ip_literal_is_its_own_address_without_a_lookup() {
+        use ureq::unversioned::resolver::Resolver;
+        use ureq::unversioned::transport::NextTimeout;
+        use ureq::unversioned::transport::time::Duration as Budget;
+        let config = ureq::config::Config::default();
+        // A budget already spent: ureq's own resolver would start its lookup thread and could
+        // report a timeout; a literal needs no lookup at all.
+        let spent = || NextTimeout {
+            after: Budget::Exact(Duration::ZERO),
+            reason: ureq::Timeout::Resolve,
+            per_read: None,
+            per_write: None,
+        };
+        for (url, want) in [
+            ("http://127.0.0.1:8080/mcp", "127.0.0.1:8080"),
+            ("http://127.0.0.1/mcp", "127.0.0.1:80"),
+            ("https://[::1]:9443/mcp", "[::1]:9443"),
+        ] {
+            let uri: ureq::http::Uri = url.parse().unwrap();
+            let addrs = LiteralFirst.resolve(&uri, &config, spent()).unwrap();
+            let got: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+            assert_eq!(got, [want], "{url}");
+        }
     }
 }
