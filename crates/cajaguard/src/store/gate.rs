@@ -66,8 +66,7 @@ impl Store {
             ));
         }
         let outcome = self.write(&mut |tx| {
-            tx.lock_currency(&quote.currency)?;
-            tx.lock_checkout(&request.checkout_id)?;
+            tx.lock_gate(&quote.currency, &request.checkout_id)?;
             let from_hour = ledger::window_start_hour(window, now);
             let agent_account = agent.map(|a| ledger::agent_account(&quote.currency, a.as_str()));
             let reads = tx.gate_reads(&tx::GateKeys {

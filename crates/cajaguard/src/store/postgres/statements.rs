@@ -6,9 +6,8 @@ use cajaguard_core::approval::{ApprovalDocument, RequestId};
 use cajaguard_core::effect::PendingRequest;
 
 use tokio_postgres::Row;
-use tokio_postgres::types::ToSql;
 
-use super::transaction::{Params, PgTx};
+use super::transaction::PgTx;
 use crate::store::tx::{
     ClaimRow, GateKeys, GateReads, LedgerRow, ReleasedBy, Reservation, State, Tx,
 };
@@ -25,12 +24,15 @@ const WINDOW_SUM: &str = window_sum!();
 pub(super) const EXPLAIN_WINDOW_SUM: &str = concat!("EXPLAIN ", window_sum!());
 
 impl Tx for PgTx<'_> {
-    fn lock_currency(&mut self, currency: &str) -> Result<(), StoreError> {
-        // ON CONFLICT DO UPDATE locks the existing row (or the one just inserted) until commit.
+    fn lock_gate(&mut self, currency: &str, checkout_id: &str) -> Result<(), StoreError> {
+        // ON CONFLICT DO UPDATE locks the existing row (or the one just inserted) until commit;
+        // RETURNING runs after that, so the checkout's lock (see `lock_checkout`) comes second,
+        // as in every other transaction that takes both.
         self.defer(
             "INSERT INTO currency_locks (currency) VALUES ($1)
-             ON CONFLICT (currency) DO UPDATE SET currency = excluded.currency",
-            &[&currency],
+             ON CONFLICT (currency) DO UPDATE SET currency = excluded.currency
+             RETURNING pg_advisory_xact_lock(1667720039, hashtext($2))",
+            &[&currency, &checkout_id],
         )
     }
 
@@ -44,7 +46,7 @@ impl Tx for PgTx<'_> {
 
     fn ledger_row(&mut self, checkout_id: &str) -> Result<Option<LedgerRow>, StoreError> {
         let row = self.query_opt(LEDGER_ROW, &[&checkout_id])?;
-        row.map(|row| self.ledger_row_of(&row)).transpose()
+        row.map(|row| self.ledger_row_at(&row, 0)).transpose()
     }
 
     fn bump(
@@ -259,7 +261,11 @@ impl Tx for PgTx<'_> {
 
     fn approval_documents(&mut self, id: &RequestId) -> Result<Vec<ApprovalDocument>, StoreError> {
         let rows = self.query(APPROVALS, &[&id.as_str()])?;
-        self.approvals_of(id, &rows)
+        let texts = rows
+            .iter()
+            .map(|row| self.get(row, 0))
+            .collect::<Result<Vec<String>, _>>()?;
+        Ok(parse_approvals(id, texts))
     }
 
     fn is_used(&mut self, nonce: &str) -> Result<bool, StoreError> {
@@ -354,67 +360,74 @@ impl Tx for PgTx<'_> {
     }
 
     fn gate_reads(&mut self, keys: &GateKeys<'_>) -> Result<GateReads, StoreError> {
-        // One round trip for all of them (with the locks queued before them): see transaction.rs.
-        let id = keys.request_id.as_str();
+        // One statement, sent in the same round trip as the locks queued before it (see
+        // transaction.rs): it starts, and takes its snapshot, once they are held.
         let agent_account = keys.agent_account.unwrap_or("");
-        let window_params: [&(dyn ToSql + Sync); 2] = [&keys.currency, &keys.from_hour];
-        let checkout_params: [&(dyn ToSql + Sync); 1] = [&keys.checkout_id];
-        let request_params: [&(dyn ToSql + Sync); 1] = [&id];
-        let agent_params: [&(dyn ToSql + Sync); 2] = [&agent_account, &keys.from_hour];
-        let mut reads: Vec<(&'static str, &Params<'_>)> = vec![
-            (WINDOW_SUM, &window_params),
-            (LEDGER_ROW, &checkout_params),
-            (FROZEN, &[]),
-            (CLAIM, &checkout_params),
-            (APPROVALS, &request_params),
-        ];
-        if keys.agent_account.is_some() {
-            reads.push((WINDOW_SUM, &agent_params));
-        }
-        if keys.passkeys {
-            reads.push((super::passkeys::APPROVAL_TEXTS, &request_params));
-        }
-        let mut answers = self.query_all(&reads)?.into_iter();
-        let mut next = || {
-            answers.next().ok_or_else(|| {
-                StoreError::Inconsistent("the store answered fewer reads than the gate sent".into())
-            })
-        };
-        let window = next()?;
-        let ledger = next()?;
-        let frozen = next()?;
-        let claim = next()?;
-        let approvals = next()?;
-        let agent_window = if keys.agent_account.is_some() {
-            Some(next()?)
-        } else {
-            None
-        };
-        let passkey_texts = if keys.passkeys { Some(next()?) } else { None };
+        let row = self
+            .query_opt(
+                GATE_READS,
+                &[
+                    &keys.currency,
+                    &keys.from_hour,
+                    &agent_account,
+                    &keys.checkout_id,
+                    &keys.request_id.as_str(),
+                    &keys.passkeys,
+                ],
+            )?
+            .ok_or_else(|| StoreError::Inconsistent("the gate's reads returned no row".into()))?;
+        let ledger_key: Option<String> = self.get(&row, 2)?;
+        let frozen_at: Option<i64> = self.get(&row, 12)?;
+        let claim_key: Option<String> = self.get(&row, 14)?;
+        let approvals: Option<Vec<String>> = self.get(&row, 16)?;
+        let passkey_texts: Option<Vec<String>> = self.get(&row, 17)?;
         Ok(GateReads {
-            window_sum: self.sum_of(&window)?,
-            agent_window_sum: match agent_window {
-                Some(rows) => self.sum_of(&rows)?,
-                None => 0,
+            window_sum: self.get(&row, 0)?,
+            agent_window_sum: if keys.agent_account.is_some() {
+                self.get(&row, 1)?
+            } else {
+                0
             },
-            row: one(ledger)?
-                .map(|row| self.ledger_row_of(&row))
-                .transpose()?,
-            frozen: one(frozen)?
-                .map(|row| Ok::<_, StoreError>((self.get(&row, 0)?, self.get(&row, 1)?)))
-                .transpose()?,
-            claim: one(claim)?.map(|row| self.claim_of(&row)).transpose()?,
-            approvals: self.approvals_of(keys.request_id, &approvals)?,
-            passkey_texts: match passkey_texts {
-                Some(rows) => rows
-                    .iter()
-                    .map(|r| self.get(r, 0))
-                    .collect::<Result<_, _>>()?,
-                None => Vec::new(),
+            row: match ledger_key {
+                Some(_) => Some(self.ledger_row_at(&row, 2)?),
+                None => None,
             },
+            frozen: match frozen_at {
+                Some(at) => Some((at, self.get(&row, 13)?)),
+                None => None,
+            },
+            claim: match claim_key {
+                Some(idempotency_key) => Some(ClaimRow {
+                    idempotency_key,
+                    claimed_at_us: self.get(&row, 15)?,
+                }),
+                None => None,
+            },
+            approvals: parse_approvals(keys.request_id, approvals.unwrap_or_default()),
+            passkey_texts: passkey_texts.unwrap_or_default(),
         })
     }
 }
+
+/// Everything `gate_reads` needs, in one statement: the window sums (global, then the agent's
+/// account, `$3`, which is `''` and sums nothing without an agent), the checkout's ledger row,
+/// locked as `LEDGER_ROW` locks it, the freeze, the claim, and the approval documents (the
+/// passkey ones only when `$6`). Columns 2-11 are `LEDGER_ROW`'s, in its order.
+const GATE_READS: &str = "SELECT
+    (SELECT COALESCE(SUM(settled + in_flight), 0)::BIGINT FROM spend_buckets WHERE currency = $1 AND hour >= $2),
+    (SELECT COALESCE(SUM(settled + in_flight), 0)::BIGINT FROM spend_buckets WHERE currency = $3 AND hour >= $2),
+    l.idempotency_key, l.currency, l.reserved, l.charged, l.state, l.hour, l.digest, l.reserved_at,
+    COALESCE(l.released_by = 'reconcile', FALSE), l.agent,
+    f.frozen_at, f.reason,
+    c.idempotency_key, c.claimed_at,
+    (SELECT array_agg(document ORDER BY filed_at, nonce) FROM approvals WHERE request_id = $5),
+    CASE WHEN $6::BOOLEAN THEN
+        (SELECT array_agg(document ORDER BY filed_at, nonce) FROM passkey_approvals WHERE request_id = $5)
+    END
+ FROM (SELECT 1) AS one
+ LEFT JOIN LATERAL (SELECT * FROM ledger WHERE checkout_id = $4 FOR UPDATE) AS l ON TRUE
+ LEFT JOIN payment_freeze AS f ON f.id = 1
+ LEFT JOIN claims AS c ON c.checkout_id = $4";
 
 const LEDGER_ROW: &str =
     "SELECT idempotency_key, currency, reserved, charged, state, hour, digest, reserved_at,
@@ -423,40 +436,23 @@ const LEDGER_ROW: &str =
 const CLAIM: &str = "SELECT idempotency_key, claimed_at FROM claims WHERE checkout_id = $1";
 const FROZEN: &str = "SELECT frozen_at, reason FROM payment_freeze WHERE id = 1";
 const APPROVALS: &str =
-    "SELECT nonce, document FROM approvals WHERE request_id = $1 ORDER BY filed_at, nonce";
-
-/// At most one row, as a primary-key read returns.
-fn one(mut rows: Vec<Row>) -> Result<Option<Row>, StoreError> {
-    if rows.len() > 1 {
-        return Err(StoreError::Inconsistent(format!(
-            "a read by a primary key returned {} rows",
-            rows.len()
-        )));
-    }
-    Ok(rows.pop())
-}
+    "SELECT document FROM approvals WHERE request_id = $1 ORDER BY filed_at, nonce";
 
 impl PgTx<'_> {
-    fn sum_of(&self, rows: &[Row]) -> Result<i64, StoreError> {
-        match rows.first() {
-            Some(row) => self.get(row, 0),
-            None => Ok(0),
-        }
-    }
-
-    fn ledger_row_of(&self, row: &Row) -> Result<LedgerRow, StoreError> {
-        let state: String = self.get(row, 4)?;
+    /// A ledger row from `LEDGER_ROW`'s columns, starting at column `at`.
+    fn ledger_row_at(&self, row: &Row, at: usize) -> Result<LedgerRow, StoreError> {
+        let state: String = self.get(row, at + 4)?;
         Ok(LedgerRow {
-            idempotency_key: self.get(row, 0)?,
-            currency: self.get(row, 1)?,
-            reserved: self.get(row, 2)?,
-            charged: self.get(row, 3)?,
+            idempotency_key: self.get(row, at)?,
+            currency: self.get(row, at + 1)?,
+            reserved: self.get(row, at + 2)?,
+            charged: self.get(row, at + 3)?,
             state: State::parse(&state)?,
-            hour: self.get(row, 5)?,
-            digest: self.get(row, 6)?,
-            reserved_at_us: self.get(row, 7)?,
-            revisit: self.get(row, 8)?,
-            agent: self.get(row, 9)?,
+            hour: self.get(row, at + 5)?,
+            digest: self.get(row, at + 6)?,
+            reserved_at_us: self.get(row, at + 7)?,
+            revisit: self.get(row, at + 8)?,
+            agent: self.get(row, at + 9)?,
         })
     }
 
@@ -466,23 +462,20 @@ impl PgTx<'_> {
             claimed_at_us: self.get(row, 1)?,
         })
     }
+}
 
-    fn approvals_of(
-        &self,
-        id: &RequestId,
-        rows: &[Row],
-    ) -> Result<Vec<ApprovalDocument>, StoreError> {
-        let mut docs = Vec::new();
-        for row in rows {
-            let nonce: String = self.get(row, 0)?;
-            let text: String = self.get(row, 1)?;
-            // As with a broken file: skipped, never a reason for the gate to fail or to pass.
-            match ApprovalDocument::from_json(&text) {
-                Ok(doc) => docs.push(doc),
-                Err(e) => tracing::warn!(request_id = id.as_str(), nonce, error = %e,
-                    "skipping a stored approval that does not parse"),
+/// The approval documents filed for `id`, from their stored texts. As with a broken file, one
+/// that does not parse is skipped: never a reason for the gate to fail or to pass.
+fn parse_approvals(id: &RequestId, texts: Vec<String>) -> Vec<ApprovalDocument> {
+    texts
+        .into_iter()
+        .filter_map(|text| match ApprovalDocument::from_json(&text) {
+            Ok(doc) => Some(doc),
+            Err(e) => {
+                tracing::warn!(request_id = id.as_str(), error = %e,
+                    "skipping a stored approval that does not parse");
+                None
             }
-        }
-        Ok(docs)
-    }
+        })
+        .collect()
 }

@@ -3,7 +3,7 @@
 //! statement whose result is needed, or with `COMMIT`, as one write to the socket. The server runs
 //! them one after another exactly as if each had been sent alone (so a lock queued first is held
 //! before a read queued after it takes its snapshot), and answers them in order; only the waiting
-//! for answers is shared. A gate that used to cost 14 round trips costs 3 or 4.
+//! for answers is shared. A gate that used to cost 14 round trips costs 3 or 4 (docs/ARCHITECTURE.md).
 //!
 //! Errors keep their meaning: the first statement that fails fails the transaction (PostgreSQL
 //! refuses every later one with 25P02), and that first error is what the caller gets, from

@@ -57,7 +57,7 @@ impl SqliteTx<'_> {
 }
 
 impl Tx for SqliteTx<'_> {
-    fn lock_currency(&mut self, _currency: &str) -> Result<(), StoreError> {
+    fn lock_gate(&mut self, _currency: &str, _checkout_id: &str) -> Result<(), StoreError> {
         // BEGIN IMMEDIATE already holds the whole database's write lock.
         Ok(())
     }
