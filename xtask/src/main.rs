@@ -24,24 +24,37 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 const USAGE: &str = "usage: cargo xtask report [--quick] [--out DIR]
+       cargo xtask service-throughput [--quick]
 
   report        run every scenario and timing; write cajaguard.md and cajaguard.json
+  service-throughput
+                only the report's service throughput section, printed with the machine's CPU
+                use over each run (for working on it; writes nothing)
   --quick       small n and 10^5 (not 10^6) ledger rows; writes target/report/ by default
   --out DIR     where to write the report (full mode default: reports/, which also refreshes README.md)";
 
 struct Args {
+    task: Task,
     quick: bool,
     out: Option<PathBuf>,
 }
 
+#[derive(PartialEq)]
+enum Task {
+    Report,
+    ServiceThroughput,
+}
+
 fn parse_args() -> Result<Args> {
     let mut args = std::env::args().skip(1);
-    match args.next().as_deref() {
-        Some("report") => {}
+    let task = match args.next().as_deref() {
+        Some("report") => Task::Report,
+        Some("service-throughput") => Task::ServiceThroughput,
         Some("-h" | "--help") | None => bail!("{USAGE}"),
         Some(other) => bail!("unknown task {other:?}\n{USAGE}"),
-    }
+    };
     let mut parsed = Args {
+        task,
         quick: false,
         out: None,
     };
@@ -67,7 +80,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match report(&args) {
+    let outcome = match args.task {
+        Task::Report => report(&args),
+        Task::ServiceThroughput => service_throughput(&args),
+    };
+    match outcome {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
@@ -75,6 +92,47 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `cargo xtask service-throughput`: the report's service section alone, with the CPU the whole
+/// machine used meanwhile (from /proc/stat), to tell a CPU-bound run from one that waits.
+fn service_throughput(args: &Args) -> Result<bool> {
+    let root = workspace_root();
+    build_binaries(&root)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("service-throughput-")
+        .tempdir_in(root.join("target"))?;
+    let per_agent = if args.quick {
+        timing::Sizes::quick()
+    } else {
+        timing::Sizes::full()
+    }
+    .service_payments_per_agent;
+    let busy_before = throughput::cpu_busy_fraction_since(None);
+    let result = throughput_service::run(scratch.path(), per_agent, &|p| eprintln!("{p}"))?;
+    let busy = throughput::cpu_busy_fraction_since(busy_before.1);
+    let Some(t) = result else {
+        bail!("{} is not set", cajaguard_harness::pg::ENV);
+    };
+    for load in [&t.one, &t.two] {
+        println!(
+            "{} process(es): {:.0} decisions/s, {} allowed, {} over_window_cap, {} other, overspend {} / agent {}, latency p50 {:.2} ms",
+            load.processes,
+            load.decisions_per_second,
+            load.allowed,
+            load.over_window_cap,
+            load.other,
+            load.overspend_minor,
+            load.agent_overspend_minor,
+            load.latency.p50_ns / 1e6
+        );
+    }
+    println!(
+        "PostgreSQL commit floor p50 {:.1} µs; machine CPU busy over both runs: {:.0}%",
+        t.pg_commit.p50_ns / 1e3,
+        busy.0 * 100.0
+    );
+    Ok(t.met)
 }
 
 fn workspace_root() -> PathBuf {

@@ -128,3 +128,33 @@ fn measure(scratch: &Path, per_process: usize, progress: &dyn Fn(&str)) -> Resul
         met: decisions_per_second >= 2000.0 && overspend == 0 && overspend_minor == 0,
     })
 }
+
+/// The whole machine's CPU time counters (busy, total) from the first line of /proc/stat, in
+/// ticks; `None` where there is no /proc.
+fn cpu_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let total: u64 = fields.iter().sum();
+    // user nice system idle iowait ...: idle and iowait are the time nobody ran.
+    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+    Some((total - idle, total))
+}
+
+/// The share of the machine's CPU that was busy since `before` (0 when unknown), and the counters
+/// now, to pass as the next `before`.
+pub fn cpu_busy_fraction_since(before: Option<(u64, u64)>) -> (f64, Option<(u64, u64)>) {
+    let now = cpu_ticks();
+    let fraction = match (before, now) {
+        (Some((busy0, total0)), Some((busy1, total1))) if total1 > total0 => {
+            (busy1 - busy0) as f64 / (total1 - total0) as f64
+        }
+        _ => 0.0,
+    };
+    (fraction, now)
+}
