@@ -71,7 +71,7 @@ impl Store {
             .collect()
     }
 
-    /// Takes `name`'s token away: the service refuses it from the next request on. `Ok(false)`:
+    /// Takes `name`'s token away: a running service refuses it within 1 s (`service::tokens`). `Ok(false)`:
     /// no such agent.
     pub fn remove_agent(&self, name: &AgentId, audit: &AuditRecord) -> Result<bool, StoreError> {
         let mut record = audit.clone();
