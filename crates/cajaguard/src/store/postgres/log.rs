@@ -65,6 +65,21 @@ impl PgTx<'_> {
     }
 }
 
+impl PgTx<'_> {
+    /// `(log_index, log_hashes)` rows, those with hashes.
+    fn hash_rows(&self, rows: &[tokio_postgres::Row]) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        let mut found = Vec::with_capacity(rows.len());
+        for row in rows {
+            let index: i64 = self.get(row, 0)?;
+            let blob: Option<Vec<u8>> = self.get(row, 1)?;
+            if let Some(blob) = blob {
+                found.push((to_u64(index, "a log index")?, blob));
+            }
+        }
+        Ok(found)
+    }
+}
+
 impl LogTx for PgTx<'_> {
     fn insert_audit(&mut self, l: &Leaf, log_hashes: &[u8]) -> Result<(), StoreError> {
         self.defer(
@@ -94,10 +109,28 @@ impl LogTx for PgTx<'_> {
     }
 
     fn log_next_index(&mut self) -> Result<u64, StoreError> {
-        let row = self.query_opt(
-            "UPDATE audit_log SET size = size + 1 WHERE id = 1 RETURNING size - 1",
-            &[],
-        )?;
+        // The hashes the append will read come in the same round trip: the head row's lock is
+        // held from here to the commit, and every append waits for it, so each round trip
+        // spent under it is spent by all of them in turn. Record `n` reads the hashes of
+        // records `n - 2^l` for each of its `l` trailing one bits (`audit_log::stored_hash_owner`
+        // of its left siblings); the second statement takes its snapshot after the first holds
+        // the lock, so it sees every record before this one. What it misses, `log_hashes_of`
+        // reads as before.
+        let mut answers = self.query_all(&[
+            (
+                "UPDATE audit_log SET size = size + 1 WHERE id = 1 RETURNING size - 1",
+                &[],
+            ),
+            (
+                "SELECT log_index, log_hashes FROM audit WHERE log_index IN (
+                     SELECT h.size - 1 - (1::BIGINT << l) FROM audit_log h, generate_series(0, 61) AS l
+                     WHERE h.id = 1 AND h.size % (1::BIGINT << (l + 1)) = 0)",
+                &[],
+            ),
+        ])?;
+        let earlier = answers.pop().unwrap_or_default();
+        let row = answers.pop().unwrap_or_default().pop();
+        self.log_prefetch = self.hash_rows(&earlier)?;
         let row = row.ok_or_else(|| {
             StoreError::Inconsistent(
                 "the audit log has no head row: the store was altered; run `cajaguard audit verify`"
@@ -129,6 +162,16 @@ impl LogTx for PgTx<'_> {
         if records.is_empty() {
             return Ok(Vec::new());
         }
+        let prefetched = std::mem::take(&mut self.log_prefetch);
+        if records
+            .iter()
+            .all(|r| prefetched.iter().any(|(index, _)| index == r))
+        {
+            return Ok(prefetched
+                .into_iter()
+                .filter(|(index, _)| records.contains(index))
+                .collect());
+        }
         let wanted = records
             .iter()
             .map(|&r| to_i64(r, "a log index"))
@@ -138,15 +181,7 @@ impl LogTx for PgTx<'_> {
             "SELECT log_index, log_hashes FROM audit WHERE log_index = ANY($1)",
             &[&wanted],
         )?;
-        let mut found = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let index: i64 = self.get(row, 0)?;
-            let blob: Option<Vec<u8>> = self.get(row, 1)?;
-            if let Some(blob) = blob {
-                found.push((to_u64(index, "a log index")?, blob));
-            }
-        }
-        Ok(found)
+        self.hash_rows(&rows)
     }
 
     fn audit_unindexed(&mut self) -> Result<Vec<(i64, Leaf)>, StoreError> {

@@ -199,3 +199,47 @@ fn a_connection_cut_while_idle_is_replaced_and_the_transaction_runs() {
         .unwrap();
     assert_eq!(probe_count(&store), 1);
 }
+
+#[test]
+fn a_commit_returns_only_once_its_wal_is_flushed_but_releases_its_locks_before() {
+    let Some((_schema, store)) =
+        open("a_commit_returns_only_once_its_wal_is_flushed_but_releases_its_locks_before")
+    else {
+        return;
+    };
+    // Several times over: without the statement that waits for the flush, an asynchronous commit
+    // is flushed only by the WAL writer (every 200 ms) or by another session's flush, so one
+    // of these would find its WAL not yet on disk.
+    for id in 0..8_i64 {
+        let (written_up_to, synchronous): (String, String) = store
+            .run_pg(&mut |tx| {
+                tx.execute("INSERT INTO probe (id) VALUES ($1)", &[&id])?;
+                let row = tx
+                    .query_opt(
+                        "SELECT pg_current_wal_insert_lsn()::TEXT, current_setting('synchronous_commit')",
+                        &[],
+                    )?
+                    .unwrap();
+                Ok((tx.get(&row, 0)?, tx.get(&row, 1)?))
+            })
+            .unwrap();
+        // Inside the transaction the commit does not wait for the disk, so the locks it holds
+        // are released as soon as the server has applied it.
+        assert_eq!(synchronous, "off");
+        let flushed: bool = store
+            .run_pg(&mut |tx| {
+                let row = tx
+                    .query_opt(
+                        "SELECT pg_current_wal_flush_lsn() >= $1::TEXT::PG_LSN",
+                        &[&written_up_to],
+                    )?
+                    .unwrap();
+                tx.get(&row, 0)
+            })
+            .unwrap();
+        assert!(
+            flushed,
+            "commit {id} returned before its WAL (up to {written_up_to}) was flushed"
+        );
+    }
+}

@@ -3,7 +3,7 @@
 //! statement whose result is needed, or with `COMMIT`, as one write to the socket. The server runs
 //! them one after another exactly as if each had been sent alone (so a lock queued first is held
 //! before a read queued after it takes its snapshot), and answers them in order; only the waiting
-//! for answers is shared. A gate that used to cost 14 round trips costs 3 or 4 (docs/ARCHITECTURE.md).
+//! for answers is shared. A gate that used to cost 14 round trips costs 3 (docs/ARCHITECTURE.md).
 //!
 //! Errors keep their meaning: the first statement that fails fails the transaction (PostgreSQL
 //! refuses every later one with 25P02), and that first error is what the caller gets, from
@@ -27,6 +27,24 @@ use crate::store::{InFlight, StoreError, from_micros, pending};
 
 pub(super) type Params<'p> = [&'p (dyn ToSql + Sync)];
 
+/// Every transaction commits without waiting for its WAL to reach the disk, so its locks (the
+/// currency's, the audit log's head, a spend bucket) are released as soon as the server has
+/// applied it, and the next transaction that waits on them does not also wait out this one's
+/// flush: a flush held under a lock is what made every gate take its turn behind the one
+/// before's disk write (docs/ARCHITECTURE.md, "Durability").
+const BEGIN: &str = "BEGIN; SET LOCAL synchronous_commit TO off";
+
+/// ...and is made durable before [`PgTx::commit`] returns, by this statement sent right after
+/// `COMMIT`: its own transaction writes a WAL record and commits with the session's
+/// `synchronous_commit` (on, unless the operator turned it off for the whole database), so the
+/// server answers only once the WAL is flushed up to it, and WAL is flushed in order: with it,
+/// this transaction's commit and every commit this transaction read from. Nothing leaves the
+/// store (a permit, an answer) before that, so a crash can lose only what nobody was told; the
+/// flushes of transactions waiting for theirs at once are one disk write (group commit). The
+/// message is transactional (it takes a transaction id, so its commit must be flushed) and
+/// logical decoding ignores a prefix nobody subscribes to; any role may call it.
+const DURABLE: &str = "SELECT pg_logical_emit_message(true, 'cajaguard', '')";
+
 /// What one connection keeps between transactions: the client, the runtime its socket is driven
 /// on, and the statements prepared on it.
 pub(super) struct Session {
@@ -48,6 +66,8 @@ pub(super) struct PgTx<'c> {
     /// A statement failed: the server has failed the transaction, and a `COMMIT` would only roll
     /// it back (answered without an error), so [`PgTx::commit`] refuses instead.
     failed: bool,
+    /// The stored hashes the next append reads, fetched with its index (`log.rs`).
+    pub(super) log_prefetch: Vec<(u64, Vec<u8>)>,
 }
 
 /// A statement waiting to be sent, its parameters already encoded (so it borrows nothing).
@@ -70,10 +90,11 @@ impl<'c> PgTx<'c> {
         PgTx {
             session,
             target,
-            queued: vec![Queued::Simple("BEGIN")],
+            queued: vec![Queued::Simple(BEGIN)],
             begun: false,
             commit_sent: false,
             failed: false,
+            log_prefetch: Vec::new(),
         }
     }
 
@@ -96,6 +117,7 @@ impl<'c> PgTx<'c> {
             return Ok(());
         }
         self.queued.push(Queued::Simple("COMMIT"));
+        self.queued.push(Queued::Simple(DURABLE));
         self.commit_sent = true;
         self.flush()?;
         Ok(())
