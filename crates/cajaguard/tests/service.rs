@@ -553,3 +553,56 @@ fn a_response_from_the_client_is_taken_without_waiting() {
         .post_message(&json!({"jsonrpc": "2.0", "id": "x".repeat(300), "method": "tools/list"}));
     assert_eq!(long.status, 400, "{long:?}");
 }
+
+#[test]
+fn a_terminated_service_finishes_the_payment_in_flight_before_it_exits() {
+    // The shop takes 1.5 s to complete: SIGTERM arrives while the payment is at the shop.
+    let ready = cajaguard_harness::shop_checkout("Trail socks", 1200, 2, "ready_for_complete");
+    let mut slow = cajaguard_harness::completed(&ready);
+    slow["delay_ms"] = json!(1500);
+    let world = World::with_test_shop(cajaguard_harness::test_shop_script(&ready, vec![slow]));
+    let url = add_serve(&world.config, json!({}), json!({}));
+    let store = Store::open(&world.home).unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let bob = AgentId::parse("bob").unwrap();
+    store
+        .add_agent(&bob, BOB, now, &AuditRecord::new(now, "agent add"))
+        .unwrap();
+    drop(store);
+    let served = Served::start(&world.config, &url, &[]);
+    let mut mcp = HttpMcp::connect(&served.url, BOB);
+    let paying =
+        std::thread::spawn(move || mcp.pay("gid://fixture/Checkout/in-flight-at-shutdown"));
+    let at_shop = || {
+        world
+            .test_shop_lines()
+            .iter()
+            .any(|line| line.contains("\"complete_checkout\""))
+    };
+    let waited = std::time::Instant::now();
+    while !at_shop() {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(20),
+            "the payment never reached the shop"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let status = served.terminate();
+    let answer = paying.join().unwrap();
+    assert!(status.success(), "serve exited with {status}");
+    let (v, r, _) = verdict(&answer);
+    assert_eq!(
+        (v.as_str(), r.as_str()),
+        ("allow", "within_caps"),
+        "the call in flight was answered: {answer}"
+    );
+    // And settled before the exit: nothing is left in flight for the next start to reconcile.
+    let store = Store::open(&world.home).unwrap();
+    let usd = store
+        .window_spend(
+            std::time::Duration::from_secs(24 * 3600),
+            time::OffsetDateTime::now_utc(),
+        )
+        .unwrap()["USD"];
+    assert_eq!((usd.settled, usd.in_flight), (2400, 0));
+}
