@@ -141,7 +141,10 @@ pub(super) fn open(tx: &mut dyn Tx, new_origin: &str) -> Result<LogHead, StoreEr
         return Ok(head);
     }
     if tx.audit_in_log()? > 0 {
-        return Err(no_head());
+        // On PostgreSQL each statement reads what was committed when it started: another host
+        // may have made the head and appended since the read above. Records in the log mean a
+        // head was committed before them, so it is read again, after them.
+        return tx.log_head()?.ok_or_else(no_head);
     }
     tx.log_init(new_origin)?;
     // PostgreSQL: every other opener waits here for this one's adoption to commit, then finds
