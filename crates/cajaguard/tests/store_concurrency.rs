@@ -416,3 +416,145 @@ fn kill_9_loses_no_settled_spend_and_frees_no_approval() {
     assert_eq!((spend.settled, spend.in_flight), (settled, in_flight));
     assert!(spend.settled >= (committed as i64 + 1) * 100);
 }
+
+// ---- connections cut mid-gate (PostgreSQL) ----
+
+/// Connections cut at every point of racing gates (their backends terminated, as a restart or a
+/// failover cuts them): each gate either hands out a permit whose reservation the store counts
+/// or fails; a commit cut after the server applied it leaves its reservation counted without a
+/// permit (fail closed). So the permits fit the window, and the store counts at least them and
+/// never more than the window.
+#[test]
+fn connections_cut_mid_gate_never_let_out_a_payment_the_store_does_not_count_postgres() {
+    let test = "connections_cut_mid_gate_never_let_out_a_payment_the_store_does_not_count_postgres";
+    let Some(base) = pg_support::base_url() else {
+        pg_support::notice(test);
+        return;
+    };
+    // Four rounds, each on a fresh schema with its own sequence of pauses between cuts.
+    for shift in 0..4_i64 {
+        cut_round(test, &pg_support::Schema::create(&base), shift);
+    }
+}
+
+fn cut_round(test: &str, schema: &pg_support::Schema, shift: i64) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let url = schema.url.clone();
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    drop(fixtures::open_store(&home, Some(&url)));
+    let done = Arc::new(AtomicBool::new(false));
+    let cuts = Arc::new(AtomicUsize::new(0));
+    let threads = 4;
+    // Every worker has its store open before the first cut.
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let (home, url, barrier) = (home.clone(), url.clone(), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                let store = fixtures::open_store(&home, Some(&url));
+                barrier.wait();
+                let mut permits = Vec::new();
+                for n in 0..40 {
+                    let checkout = format!("gid://fixture/Checkout/cut-{t}-{n}");
+                    let Ok(Ok(claim)) =
+                        store.claim(&checkout, &format!("key-{checkout}"), NOW, DAY)
+                    else {
+                        continue;
+                    };
+                    let gated = store.gate(
+                        &claim,
+                        &request(&checkout),
+                        &quote(&checkout, TOTAL),
+                        &request_digest(),
+                        None,
+                        DAY,
+                        NOW,
+                        true,
+                        &mut |ledger, _, _| within_window(ledger),
+                        &AuditRecord::new(NOW, "complete_checkout"),
+                    );
+                    if let Ok(gated) = gated
+                        && gated.permit.is_some()
+                    {
+                        permits.push(checkout);
+                    }
+                }
+                permits
+            })
+        })
+        .collect();
+    barrier.wait();
+    let cutter = {
+        let (done, cuts) = (Arc::clone(&done), Arc::clone(&cuts));
+        let mut client = schema.client();
+        let name = schema.name.clone();
+        std::thread::spawn(move || {
+            // One connection at a time, 1 to 9 ms apart in a fixed sequence: cuts land in every
+            // part of a gate (the locks, the reads, the writes, COMMIT, the flush after it) while
+            // the other connections go on.
+            for round in 0_i64.. {
+                if done.load(Ordering::SeqCst) {
+                    break;
+                }
+                let row = client
+                    .query_one(
+                        "SELECT count(pg_terminate_backend(pid)) FROM (
+                             SELECT pid FROM pg_stat_activity
+                             WHERE application_name = $1 AND pid <> pg_backend_pid()
+                             ORDER BY pid OFFSET $2::BIGINT % 4 LIMIT 1) AS one",
+                        &[&name, &round],
+                    )
+                    .unwrap();
+                let cut: i64 = row.get(0);
+                cuts.fetch_add(usize::try_from(cut).unwrap(), Ordering::SeqCst);
+                let pause = u64::try_from((round * 3_700 + shift * 1_300) % 8_000).unwrap() + 1_000;
+                std::thread::sleep(Duration::from_micros(pause));
+            }
+        })
+    };
+    let permits: Vec<String> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    done.store(true, Ordering::SeqCst);
+    cutter.join().unwrap();
+    assert!(
+        cuts.load(Ordering::SeqCst) > 0,
+        "no connection was cut: the test tested nothing"
+    );
+    let permitted = i64::try_from(permits.len()).unwrap() * TOTAL;
+    let counted = reserved(&home, Some(&url));
+    assert!(
+        permitted <= WINDOW,
+        "{} permits passed the window",
+        permits.len()
+    );
+    assert!(
+        counted >= permitted,
+        "{} permits went out but the store counts only {counted}",
+        permits.len()
+    );
+    assert!(
+        counted <= WINDOW,
+        "the store counts {counted}, over the window"
+    );
+    let store = fixtures::open_store(&home, Some(&url));
+    let in_flight: Vec<String> = store
+        .in_flight()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.checkout_id)
+        .collect();
+    for checkout in &permits {
+        assert!(
+            in_flight.contains(checkout),
+            "{checkout} got a permit but has no reservation in the store"
+        );
+    }
+    eprintln!(
+        "{test}, round {shift}: {} connections cut, {} permits, USD {counted} counted",
+        cuts.load(Ordering::SeqCst),
+        permits.len()
+    );
+}
