@@ -552,6 +552,16 @@ fn cut_round(test: &str, schema: &pg_support::Schema, shift: i64) {
             "{checkout} got a permit but has no reservation in the store"
         );
     }
+    // Every gate that committed left its record in the log, at the index it claimed with its
+    // reads: no gap, no index twice.
+    let log = store
+        .verify_log(
+            &cajaguard_core::approval::TrustedKeys(Vec::new()),
+            None,
+            Vec::new(),
+        )
+        .unwrap();
+    assert!(log.is_ok(), "the audit log does not verify: {log:?}");
     eprintln!(
         "{test}, round {shift}: {} connections cut, {} permits, USD {counted} counted",
         cuts.load(Ordering::SeqCst),

@@ -74,6 +74,7 @@ impl Store {
                 agent_account: agent_account.as_deref(),
                 checkout_id: &request.checkout_id,
                 from_hour,
+                hour: ledger::hour_of(now),
                 request_id,
                 // Without the page no passkey approval can count or deny: none is read.
                 passkeys: read_passkeys,

@@ -69,7 +69,7 @@ fn bump_accounts(
     Ok(())
 }
 
-fn hour_of(at: OffsetDateTime) -> i64 {
+pub(super) fn hour_of(at: OffsetDateTime) -> i64 {
     at.unix_timestamp().div_euclid(SECONDS_PER_HOUR)
 }
 

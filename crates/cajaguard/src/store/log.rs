@@ -5,8 +5,10 @@
 //! **Dense by construction.** A record's index comes from `audit_log.size`, bumped by the same
 //! transaction that inserts it (`UPDATE … RETURNING`), so indexes are handed out in commit order
 //! without gaps: SQLite's write lock serializes the transactions, and on PostgreSQL the head row's
-//! lock does, held from the append to the commit. Every transaction appends last, after its other
-//! writes, so that lock is held only for the commit and is never taken before another lock.
+//! lock does, held from the append to the commit. Every transaction takes that lock last: most
+//! append after their other writes; PostgreSQL's gate claims its index with its reads, after
+//! locking every row it may write (docs/ARCHITECTURE.md, "Lock order"), and a transaction that
+//! claimed an index and wrote no record there is never committed.
 //!
 //! **Stored hashes** (`audit_log` module of the core) live beside each record in
 //! `audit.log_hashes`: record `n` keeps the `1 + trailing_ones(n)` hashes its append wrote. An

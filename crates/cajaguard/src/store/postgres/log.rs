@@ -65,7 +65,37 @@ impl PgTx<'_> {
     }
 }
 
+/// The log's next index, claimed: the head row's lock is held from here to the commit, and every
+/// append waits for it, so each round trip spent under it is spent by all of them in turn. Hence
+/// `LOG_PREFETCH`, sent with it.
+pub(super) const LOG_CLAIM: &str =
+    "UPDATE audit_log SET size = size + 1 WHERE id = 1 RETURNING size - 1";
+
+/// The stored hashes the append of the index just claimed reads: record `n` reads those of
+/// records `n - 2^l` for each of its `l` trailing one bits (`audit_log::stored_hash_owner` of its
+/// left siblings). Sent after `LOG_CLAIM`, it takes its snapshot once the head is held, so it sees
+/// every record before this one; what it misses, `log_hashes_of` reads as before.
+pub(super) const LOG_PREFETCH: &str = "SELECT log_index, log_hashes FROM audit WHERE log_index IN (
+     SELECT h.size - 1 - (1::BIGINT << l) FROM audit_log h, generate_series(0, 61) AS l
+     WHERE h.id = 1 AND h.size % (1::BIGINT << (l + 1)) = 0)";
+
 impl PgTx<'_> {
+    /// The index `LOG_CLAIM` answered, keeping what `LOG_PREFETCH` read for the append.
+    pub(super) fn log_claimed(
+        &mut self,
+        claimed: Vec<tokio_postgres::Row>,
+        earlier: &[tokio_postgres::Row],
+    ) -> Result<u64, StoreError> {
+        self.log_prefetch = self.hash_rows(earlier)?;
+        let row = claimed.into_iter().next().ok_or_else(|| {
+            StoreError::Inconsistent(
+                "the audit log has no head row: the store was altered; run `cajaguard audit verify`"
+                    .to_owned(),
+            )
+        })?;
+        to_u64(self.get(&row, 0)?, "the audit log's size")
+    }
+
     /// `(log_index, log_hashes)` rows, those with hashes.
     fn hash_rows(&self, rows: &[tokio_postgres::Row]) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
         let mut found = Vec::with_capacity(rows.len());
@@ -109,35 +139,14 @@ impl LogTx for PgTx<'_> {
     }
 
     fn log_next_index(&mut self) -> Result<u64, StoreError> {
-        // The hashes the append will read come in the same round trip: the head row's lock is
-        // held from here to the commit, and every append waits for it, so each round trip
-        // spent under it is spent by all of them in turn. Record `n` reads the hashes of
-        // records `n - 2^l` for each of its `l` trailing one bits (`audit_log::stored_hash_owner`
-        // of its left siblings); the second statement takes its snapshot after the first holds
-        // the lock, so it sees every record before this one. What it misses, `log_hashes_of`
-        // reads as before.
-        let mut answers = self.query_all(&[
-            (
-                "UPDATE audit_log SET size = size + 1 WHERE id = 1 RETURNING size - 1",
-                &[],
-            ),
-            (
-                "SELECT log_index, log_hashes FROM audit WHERE log_index IN (
-                     SELECT h.size - 1 - (1::BIGINT << l) FROM audit_log h, generate_series(0, 61) AS l
-                     WHERE h.id = 1 AND h.size % (1::BIGINT << (l + 1)) = 0)",
-                &[],
-            ),
-        ])?;
+        if let Some(index) = self.claimed_log_index.take() {
+            // The gate claimed it with its reads (`Tx::gate_reads`).
+            return Ok(index);
+        }
+        let mut answers = self.query_all(&[(LOG_CLAIM, &[]), (LOG_PREFETCH, &[])])?;
         let earlier = answers.pop().unwrap_or_default();
-        let row = answers.pop().unwrap_or_default().pop();
-        self.log_prefetch = self.hash_rows(&earlier)?;
-        let row = row.ok_or_else(|| {
-            StoreError::Inconsistent(
-                "the audit log has no head row: the store was altered; run `cajaguard audit verify`"
-                    .to_owned(),
-            )
-        })?;
-        to_u64(self.get(&row, 0)?, "the audit log's size")
+        let claimed = answers.pop().unwrap_or_default();
+        self.log_claimed(claimed, &earlier)
     }
 
     fn log_head(&mut self) -> Result<Option<LogHead>, StoreError> {

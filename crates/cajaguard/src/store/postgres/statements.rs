@@ -7,6 +7,7 @@ use cajaguard_core::effect::PendingRequest;
 
 use tokio_postgres::Row;
 
+use super::log::{LOG_CLAIM, LOG_PREFETCH};
 use super::transaction::PgTx;
 use crate::store::tx::{
     ClaimRow, GateKeys, GateReads, LedgerRow, ReleasedBy, Reservation, State, Tx,
@@ -360,21 +361,46 @@ impl Tx for PgTx<'_> {
     }
 
     fn gate_reads(&mut self, keys: &GateKeys<'_>) -> Result<GateReads, StoreError> {
-        // One statement, sent in the same round trip as the locks queued before it (see
-        // transaction.rs): it starts, and takes its snapshot, once they are held.
+        // Sent in the same round trip as the locks queued before it (see transaction.rs): the
+        // reads start, and take their snapshot, once those are held. Then, still in that round
+        // trip, the rows the gate may write are locked in the order every other transaction
+        // takes them (docs/ARCHITECTURE.md, "Lock order"), the audit log's head last, and the
+        // log's next index is claimed with the hashes its append reads: what is left after the
+        // decision is one round trip of writes ending in COMMIT.
         let agent_account = keys.agent_account.unwrap_or("");
-        let row = self
-            .query_opt(
+        let request_id = keys.request_id.as_str();
+        let mut answers = self.query_all(&[
+            (
                 GATE_READS,
                 &[
                     &keys.currency,
                     &keys.from_hour,
                     &agent_account,
                     &keys.checkout_id,
-                    &keys.request_id.as_str(),
+                    &request_id,
                     &keys.passkeys,
                 ],
-            )?
+            ),
+            (
+                GATE_LOCKS,
+                &[
+                    &keys.currency,
+                    &agent_account,
+                    &keys.hour,
+                    &keys.checkout_id,
+                ],
+            ),
+            (PENDING_LOCK, &[&request_id]),
+            (LOG_CLAIM, &[]),
+            (LOG_PREFETCH, &[]),
+        ])?;
+        let earlier = answers.pop().unwrap_or_default();
+        let claimed = answers.pop().unwrap_or_default();
+        self.claimed_log_index = Some(self.log_claimed(claimed, &earlier)?);
+        answers.truncate(1);
+        let row = answers
+            .pop()
+            .and_then(|mut rows| rows.pop())
             .ok_or_else(|| StoreError::Inconsistent("the gate's reads returned no row".into()))?;
         let ledger_key: Option<String> = self.get(&row, 2)?;
         let frozen_at: Option<i64> = self.get(&row, 12)?;
@@ -428,6 +454,22 @@ const GATE_READS: &str = "SELECT
  LEFT JOIN LATERAL (SELECT * FROM ledger WHERE checkout_id = $4 FOR UPDATE) AS l ON TRUE
  LEFT JOIN payment_freeze AS f ON f.id = 1
  LEFT JOIN claims AS c ON c.checkout_id = $4";
+
+/// The buckets the gate may change, locked in (account, hour) order, as `ledger::bump_accounts`
+/// changes them (the currency's account sorts before its agents' `CUR/agent`): this hour's for
+/// the currency (`$1`) and the agent's account (`$2`, `''` for none), and those of the checkout's
+/// reservation in flight (`$4`), which a new reservation releases. A bucket not there yet is
+/// made by a gate, under the currency's lock.
+const GATE_LOCKS: &str = "SELECT 1 FROM spend_buckets b
+ WHERE (b.currency IN ($1, $2) AND b.hour = $3)
+    OR EXISTS (SELECT 1 FROM ledger l WHERE l.checkout_id = $4 AND l.state = 'in_flight' AND l.hour = b.hour
+               AND (b.currency = l.currency OR b.currency = l.currency || '/' || l.agent))
+ ORDER BY b.currency, b.hour
+ FOR UPDATE OF b";
+
+/// The request's pending row, which a refusal may rewrite: locked before the log's head, as
+/// `approve` takes it.
+const PENDING_LOCK: &str = "SELECT 1 FROM pending WHERE request_id = $1 FOR UPDATE";
 
 const LEDGER_ROW: &str =
     "SELECT idempotency_key, currency, reserved, charged, state, hour, digest, reserved_at,

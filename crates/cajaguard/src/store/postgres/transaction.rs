@@ -3,7 +3,7 @@
 //! statement whose result is needed, or with `COMMIT`, as one write to the socket. The server runs
 //! them one after another exactly as if each had been sent alone (so a lock queued first is held
 //! before a read queued after it takes its snapshot), and answers them in order; only the waiting
-//! for answers is shared. A gate that used to cost 14 round trips costs 3 (docs/ARCHITECTURE.md).
+//! for answers is shared. A gate that used to cost 14 round trips costs 2 (docs/ARCHITECTURE.md).
 //!
 //! Errors keep their meaning: the first statement that fails fails the transaction (PostgreSQL
 //! refuses every later one with 25P02), and that first error is what the caller gets, from
@@ -68,6 +68,9 @@ pub(super) struct PgTx<'c> {
     failed: bool,
     /// The stored hashes the next append reads, fetched with its index (`log.rs`).
     pub(super) log_prefetch: Vec<(u64, Vec<u8>)>,
+    /// A log index claimed ahead of its append (by the gate's reads); a transaction that ends
+    /// without using it would leave a gap in the log, so it is never committed.
+    pub(super) claimed_log_index: Option<u64>,
 }
 
 /// A statement waiting to be sent, its parameters already encoded (so it borrows nothing).
@@ -95,6 +98,7 @@ impl<'c> PgTx<'c> {
             commit_sent: false,
             failed: false,
             log_prefetch: Vec::new(),
+            claimed_log_index: None,
         }
     }
 
@@ -105,6 +109,12 @@ impl<'c> PgTx<'c> {
 
     /// Sends what is queued with `COMMIT`, and checks every answer.
     pub(super) fn commit(mut self) -> Result<(), StoreError> {
+        if let Some(index) = self.claimed_log_index {
+            self.rollback()?;
+            return Err(StoreError::Inconsistent(format!(
+                "a transaction claimed the audit log's index {index} and wrote no record there; nothing was applied"
+            )));
+        }
         if self.failed {
             // Rolled back here, so the connection goes back to the pool outside a transaction.
             self.rollback()?;
