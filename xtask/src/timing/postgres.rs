@@ -131,7 +131,7 @@ fn settle(schema: &pg::Schema) -> Result<bool> {
 fn commit_floor_client(url: &str) -> Result<postgres::Client> {
     let mut client = postgres::Client::connect(url, postgres::NoTls)?;
     client.batch_execute(
-        "SET lock_timeout = 5000; SET statement_timeout = 10000;
+        "SET lock_timeout = 5000; SET statement_timeout = 10000; SET plan_cache_mode = force_generic_plan;
          CREATE TABLE commit_floor (id INTEGER PRIMARY KEY, n BIGINT NOT NULL);
          INSERT INTO commit_floor VALUES (1, 0);",
     )?;

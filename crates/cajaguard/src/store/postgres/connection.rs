@@ -138,10 +138,13 @@ impl Postgres {
                 tracing::debug!(store = %target, "the connection ended: {}", detail(&e));
             }
         });
+        // Generic plans: every statement of the store is a primary-key lookup or range whose
+        // plan does not depend on its values, and a custom plan is planned again on every
+        // execution: 0.4 ms of the gate's 2 ms went to planning its reads (server statement log).
         runtime
             .block_on(client.batch_execute(&format!(
                 "SET lock_timeout = {LOCK_TIMEOUT_MS}; SET statement_timeout = {STATEMENT_TIMEOUT_MS}; \
-                 SET idle_in_transaction_session_timeout = 60000"
+                 SET idle_in_transaction_session_timeout = 60000; SET plan_cache_mode = force_generic_plan"
             )))
             .map_err(|e| self.unavailable(&e))?;
         Ok(Session {

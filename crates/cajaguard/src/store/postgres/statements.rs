@@ -459,11 +459,15 @@ const GATE_READS: &str = "SELECT
 /// changes them (the currency's account sorts before its agents' `CUR/agent`): this hour's for
 /// the currency (`$1`) and the agent's account (`$2`, `''` for none), and those of the checkout's
 /// reservation in flight (`$4`), which a new reservation releases. A bucket not there yet is
-/// made by a gate, under the currency's lock.
+/// made by a gate, under the currency's lock. Each is found through the primary key (an `OR`
+/// across them scanned every bucket, with the ledger probed for each).
 const GATE_LOCKS: &str = "SELECT 1 FROM spend_buckets b
- WHERE (b.currency IN ($1, $2) AND b.hour = $3)
-    OR EXISTS (SELECT 1 FROM ledger l WHERE l.checkout_id = $4 AND l.state = 'in_flight' AND l.hour = b.hour
-               AND (b.currency = l.currency OR b.currency = l.currency || '/' || l.agent))
+ JOIN (SELECT $1::TEXT AS account, $3::BIGINT AS hour
+       UNION ALL SELECT $2, $3
+       UNION ALL SELECT l.currency, l.hour FROM ledger l WHERE l.checkout_id = $4 AND l.state = 'in_flight'
+       UNION ALL SELECT l.currency || '/' || l.agent, l.hour FROM ledger l
+                 WHERE l.checkout_id = $4 AND l.state = 'in_flight' AND l.agent IS NOT NULL) AS k
+   ON b.currency = k.account AND b.hour = k.hour
  ORDER BY b.currency, b.hour
  FOR UPDATE OF b";
 
