@@ -229,7 +229,7 @@ impl Store {
     ) -> Result<T, StoreError> {
         match &self.backend {
             Backend::Sqlite(db) => db.read(f),
-            Backend::Postgres(db) => db.run(f),
+            Backend::Postgres(db) => db.read(f),
         }
     }
 

@@ -14,7 +14,7 @@ use tokio_postgres::error::SqlState;
 
 use super::migrations;
 use super::statements::EXPLAIN_WINDOW_SUM;
-use super::transaction::{PgTx, Session};
+use super::transaction::{Access, PgTx, Session};
 use crate::store::tx::Tx;
 use crate::store::{StoreError, approvals, micros};
 
@@ -211,22 +211,40 @@ impl Postgres {
         self.returned.notify_one();
     }
 
-    /// `f` in one transaction, committed if it returns `Ok`. Reads go through here too: a
-    /// transaction gives them one snapshot, and there is one code path for losing a connection.
+    /// `f` in one transaction, committed (and flushed) if it returns `Ok`.
     pub(in crate::store) fn run<T>(
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        self.run_pg(&mut |tx| f(tx))
+        self.run_as(Access::Write, &mut |tx| f(tx))
+    }
+
+    /// `f` in one `READ ONLY` transaction (a write in it is an error), whose commit waits for
+    /// no flush: what a read returns, nobody acts on without a write of their own (a permit,
+    /// an approval, a refusal's record), and that write's flush covers all it read. The same
+    /// code path for losing a connection as the writes.
+    pub(in crate::store) fn read<T>(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.run_as(Access::Read, &mut |tx| f(tx))
     }
 
     pub(super) fn run_pg<T>(
         &self,
         f: &mut dyn FnMut(&mut PgTx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        self.run_as(Access::Write, f)
+    }
+
+    pub(super) fn run_as<T>(
+        &self,
+        access: Access,
+        f: &mut dyn FnMut(&mut PgTx<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let mut attempt = 1;
         loop {
-            match self.attempt(f) {
+            match self.attempt(access, f) {
                 Err(StoreError::Postgres { source, .. })
                     if attempt < ATTEMPTS && is_retryable(&source) =>
                 {
@@ -242,6 +260,7 @@ impl Postgres {
 
     fn attempt<T>(
         &self,
+        access: Access,
         f: &mut dyn FnMut(&mut PgTx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         // A connection that died while idle (the server restarted, an administrator terminated
@@ -250,7 +269,7 @@ impl Postgres {
         // database returns is served.
         for fresh in [false, true] {
             let mut session = self.take(fresh)?;
-            let mut tx = PgTx::begin(&mut session, &self.target);
+            let mut tx = PgTx::begin(&mut session, &self.target, access);
             let result = f(&mut tx);
             let result = match result {
                 Ok(value) => {

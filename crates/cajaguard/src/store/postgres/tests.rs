@@ -11,6 +11,7 @@ use cajaguard_harness::pg;
 
 use super::Postgres;
 use super::connection::POOL_SIZE;
+use super::transaction::Access;
 use crate::store::StoreError;
 
 fn open(test: &str) -> Option<(pg::Schema, Postgres)> {
@@ -262,4 +263,21 @@ fn a_transaction_that_claimed_a_log_index_and_wrote_no_record_is_never_committed
         "{result:?}"
     );
     assert_eq!(probe_count(&store), 0, "nothing was applied");
+}
+
+#[test]
+fn a_read_cannot_write() {
+    // It commits without waiting for a flush, so a write in it would not be durable.
+    let Some((_schema, store)) = open("a_read_cannot_write") else {
+        return;
+    };
+    let write: Result<u64, StoreError> = store.run_as(Access::Read, &mut |tx| {
+        tx.execute("INSERT INTO probe (id) VALUES (1)", &[])
+    });
+    assert_eq!(
+        write.as_ref().err().and_then(sqlstate).as_deref(),
+        Some("25006"),
+        "a write in a read is refused: {write:?}"
+    );
+    assert_eq!(probe_count(&store), 0);
 }

@@ -34,6 +34,16 @@ pub(super) type Params<'p> = [&'p (dyn ToSql + Sync)];
 /// before's disk write (docs/ARCHITECTURE.md, "Durability").
 const BEGIN: &str = "BEGIN; SET LOCAL synchronous_commit TO off";
 
+/// A read has nothing to flush (see `Postgres::read`).
+const BEGIN_READ: &str = "BEGIN READ ONLY";
+
+/// What a transaction may do: writes are flushed before their commit returns, reads cannot write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    Read,
+    Write,
+}
+
 /// ...and is made durable before [`PgTx::commit`] returns, by this statement sent right after
 /// `COMMIT`: its own transaction writes a WAL record and commits with the session's
 /// `synchronous_commit` (on, unless the operator turned it off for the whole database), so the
@@ -58,6 +68,7 @@ pub(super) struct Session {
 pub(super) struct PgTx<'c> {
     session: &'c mut Session,
     pub(super) target: &'c str,
+    access: Access,
     queued: Vec<Queued>,
     /// `BEGIN` has been sent (it is queued first and goes out with the first flush).
     begun: bool,
@@ -89,11 +100,15 @@ enum Answer {
 
 impl<'c> PgTx<'c> {
     /// A transaction on `session`; nothing is sent until the first flush.
-    pub(super) fn begin(session: &'c mut Session, target: &'c str) -> PgTx<'c> {
+    pub(super) fn begin(session: &'c mut Session, target: &'c str, access: Access) -> PgTx<'c> {
         PgTx {
             session,
             target,
-            queued: vec![Queued::Simple(BEGIN)],
+            access,
+            queued: vec![Queued::Simple(match access {
+                Access::Write => BEGIN,
+                Access::Read => BEGIN_READ,
+            })],
             begun: false,
             commit_sent: false,
             failed: false,
@@ -127,7 +142,9 @@ impl<'c> PgTx<'c> {
             return Ok(());
         }
         self.queued.push(Queued::Simple("COMMIT"));
-        self.queued.push(Queued::Simple(DURABLE));
+        if self.access == Access::Write {
+            self.queued.push(Queued::Simple(DURABLE));
+        }
         self.commit_sent = true;
         self.flush()?;
         Ok(())
