@@ -554,39 +554,76 @@ fn a_response_from_the_client_is_taken_without_waiting() {
     assert_eq!(long.status, 400, "{long:?}");
 }
 
-#[test]
-fn a_terminated_service_finishes_the_payment_in_flight_before_it_exits() {
-    // The shop takes 1.5 s to complete: SIGTERM arrives while the payment is at the shop.
+/// A service whose shop answers the read-back at once and takes `delay_ms` to complete; bob and
+/// alice have tokens.
+fn slow_shop_service(delay_ms: u64) -> (World, Served) {
     let ready = cajaguard_harness::shop_checkout("Trail socks", 1200, 2, "ready_for_complete");
     let mut slow = cajaguard_harness::completed(&ready);
-    slow["delay_ms"] = json!(1500);
+    slow["delay_ms"] = json!(delay_ms);
     let world = World::with_test_shop(cajaguard_harness::test_shop_script(&ready, vec![slow]));
     let url = add_serve(&world.config, json!({}), json!({}));
     let store = Store::open(&world.home).unwrap();
     let now = time::OffsetDateTime::now_utc();
-    let bob = AgentId::parse("bob").unwrap();
-    store
-        .add_agent(&bob, BOB, now, &AuditRecord::new(now, "agent add"))
-        .unwrap();
+    for (name, token) in [("alice", ALICE), ("bob", BOB)] {
+        let agent = AgentId::parse(name).unwrap();
+        store
+            .add_agent(&agent, token, now, &AuditRecord::new(now, "agent add"))
+            .unwrap();
+    }
     drop(store);
     let served = Served::start(&world.config, &url, &[]);
-    let mut mcp = HttpMcp::connect(&served.url, BOB);
-    let paying =
-        std::thread::spawn(move || mcp.pay("gid://fixture/Checkout/in-flight-at-shutdown"));
-    let at_shop = || {
-        world
-            .test_shop_lines()
-            .iter()
-            .any(|line| line.contains("\"complete_checkout\""))
-    };
+    (world, served)
+}
+
+/// Waits until the shop has received a `complete_checkout`.
+fn wait_until_at_shop(world: &World) {
     let waited = std::time::Instant::now();
-    while !at_shop() {
+    while !world
+        .test_shop_lines()
+        .iter()
+        .any(|line| line.contains("\"complete_checkout\""))
+    {
         assert!(
             waited.elapsed() < std::time::Duration::from_secs(20),
             "the payment never reached the shop"
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+#[test]
+fn a_payment_held_at_a_slow_shop_holds_up_no_other_request() {
+    // Each message runs on the thread that read it; the runtime's reading must go on elsewhere.
+    let (world, served) = slow_shop_service(3000);
+    let mut bob = HttpMcp::connect(&served.url, BOB);
+    let paying = std::thread::spawn(move || bob.pay("gid://fixture/Checkout/held-at-the-shop"));
+    wait_until_at_shop(&world);
+    let mut alice = HttpMcp::connect(&served.url, ALICE);
+    let status = alice.call("cajaguard_status", json!({}));
+    let refused = send(
+        "POST",
+        &served.url,
+        &[("authorization", "Bearer cg_agent_nobody_0000000000000000")],
+        Some(&create_body()),
+    );
+    assert!(
+        !paying.is_finished(),
+        "bob's payment left the shop before alice's calls were answered"
+    );
+    assert_eq!(status["isError"], json!(false), "{status}");
+    assert_eq!(refused.status, 401);
+    let (v, r, _) = verdict(&paying.join().unwrap());
+    assert_eq!((v.as_str(), r.as_str()), ("allow", "within_caps"));
+}
+
+#[test]
+fn a_terminated_service_finishes_the_payment_in_flight_before_it_exits() {
+    // The shop takes 1.5 s to complete: SIGTERM arrives while the payment is at the shop.
+    let (world, served) = slow_shop_service(1500);
+    let mut mcp = HttpMcp::connect(&served.url, BOB);
+    let paying =
+        std::thread::spawn(move || mcp.pay("gid://fixture/Checkout/in-flight-at-shutdown"));
+    wait_until_at_shop(&world);
     let status = served.terminate();
     let answer = paying.join().unwrap();
     assert!(status.success(), "serve exited with {status}");

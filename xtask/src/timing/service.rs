@@ -112,7 +112,7 @@ fn measure(t: &mut Timing, dir: &Path, disk: &str, sizes: Sizes) -> Result<()> {
     // Where the service's share goes: a request refused before the store (no token: axum and
     // the HTTP exchange alone), and one answered by the service itself (tools/list: the token
     // confirmed from memory, since the calls above confirmed it less than a second ago; the
-    // session, the proxy's dispatch on the blocking pool; no shop).
+    // session, the proxy's dispatch on the thread that read it; no shop).
     // Its POST has an empty body: the service refuses before reading a body, and the HTTP
     // server closes a connection whose body was left unread, so a body would make the next probe
     // fail on (or reconnect) a closed connection instead of timing the exchange.
@@ -140,7 +140,7 @@ fn measure(t: &mut Timing, dir: &Path, disk: &str, sizes: Sizes) -> Result<()> {
     })?;
     t.push(
         "service_tools_list",
-        "breakdown: tools/list through `cajaguard serve` (token confirmed from memory, session, dispatch on the blocking pool; answered without the shop, 15 KB)",
+        "breakdown: tools/list through `cajaguard serve` (token confirmed from memory, session, dispatch on the thread that read it; answered without the shop, 15 KB)",
         Summary::of(&listed),
         "http_fixture",
     );

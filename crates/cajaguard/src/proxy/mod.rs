@@ -180,7 +180,7 @@ impl Proxy {
     }
 
     /// [`Proxy::handle_message`] for a caller that gave this message a thread of its own (the
-    /// service, on its blocking pool, one message per admission): a tool call runs here, to its
+    /// service, on the thread that read it, one message per admission): a tool call runs here, to its
     /// end, instead of on a thread started for it. Returns once the answer (if any) is written.
     pub fn handle_message_here(self: &Arc<Proxy>, message: String) {
         self.dispatch(message, CallsOn::ThisThread);

@@ -1,8 +1,8 @@
 //! The service's HTTP shell (axum): `/mcp` (MCP Streamable HTTP), the RFC 9728 metadata, and
 //! `/metrics`. Every `/mcp` request is checked in this order, and nothing later runs for one that
 //! fails: `Origin` (403), the bearer token (401), the session (404), then the message, which runs
-//! on the blocking pool (the proxy and the store are synchronous; no transaction sits in a
-//! future), a tool call included. A token the store confirmed within [`super::TOKEN_RECHECK`]
+//! on the thread that read it, a tool call included, while the runtime's worker role moves to
+//! another thread (the proxy and the store are synchronous; no transaction sits in a future). A token the store confirmed within [`super::TOKEN_RECHECK`]
 //! is checked without leaving the runtime; any other is looked up on the blocking pool.
 //!
 //! Every refusal on `/mcp` is `application/json`: a JSON-RPC error with `id: null` (the body was
@@ -12,7 +12,7 @@
 
 use std::net::TcpListener;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::State;
@@ -40,14 +40,19 @@ pub fn serve(
     answer_within: Duration,
 ) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
-    // One thread for the async side: it only reads headers and bodies, checks them and waits for
-    // answers (every store or shop call is on the blocking pool), and with two workers a request
-    // was often handed from one to the other, a context switch that cost more than the work.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        // Every admitted message holds a blocking thread until its answer (a tool call runs on
-        // it), so the pool has one per admission and as many again as one agent may hold for
-        // the short tasks outside admission (token lookups): those never queue behind calls.
-        .max_blocking_threads(super::MAX_IN_FLIGHT + super::MAX_IN_FLIGHT_PER_AGENT)
+    // One worker for the async side: it reads headers and bodies and checks them; with two, a
+    // request was often handed from one to the other, a context switch that cost more than the
+    // work. A message then runs on the thread that read it ([`run_here`]): the worker hands its
+    // place to a thread of the blocking pool and becomes that message's thread. Handing the
+    // message to the pool instead cost two thread wake-ups per call (to the pool and back), each
+    // tens of microseconds on a virtual machine whose idle cores halt, more than the proxy's work.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        // Every admitted message holds a thread until its answer (a tool call runs on it), so the
+        // pool has one per admission, one for the worker that takes the place of a message's
+        // thread, and as many again as one agent may hold for the short tasks outside admission
+        // (token lookups): those never queue behind calls.
+        .max_blocking_threads(super::MAX_IN_FLIGHT + super::MAX_IN_FLIGHT_PER_AGENT + 1)
         .enable_io()
         .enable_time()
         .build()?;
@@ -127,8 +132,18 @@ fn json(status: StatusCode, body: String) -> Response {
 enum Waited {
     /// The answer, or `None` when it can no longer come.
     Answer(Option<String>),
-    /// The message's task panicked.
+    /// The message's handling panicked.
     Failed,
+}
+
+/// Runs blocking work (a message through the proxy, which may call the store and the shop) on
+/// this thread, while the runtime's worker role moves to another thread so that other requests
+/// are still read. `Err` if it panicked: that request is answered as failed, and the service
+/// goes on, as it did when the work ran as a task of its own.
+fn run_here<T>(work: impl FnOnce() -> T) -> Result<T, ()> {
+    tokio::task::block_in_place(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|_| ())
+    })
 }
 
 fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
@@ -408,8 +423,7 @@ async fn mcp(State(state): State<Shared>, request: axum::extract::Request) -> Re
 
     let Some(id) = id else {
         // A notification or a response: nothing comes back.
-        let proxy = session.proxy.clone();
-        let _ = tokio::task::spawn_blocking(move || proxy.handle_message_here(message)).await;
+        let _ = run_here(|| session.proxy.handle_message_here(message));
         drop(admitted);
         return Response::builder()
             .status(StatusCode::ACCEPTED)
@@ -426,22 +440,19 @@ async fn mcp(State(state): State<Shared>, request: axum::extract::Request) -> Re
             ),
         );
     };
-    // The message runs on the blocking pool, a tool call included (its answer is written before
-    // the task ends): the pool has a thread for every admission (`serve`), so no thread is
-    // started per call. The wait for the answer starts now, not when the call is done.
-    let proxy = session.proxy.clone();
-    let mut dispatched = tokio::task::spawn_blocking(move || proxy.handle_message_here(message));
-    let waited = tokio::time::timeout(state.answer_within, async {
-        tokio::select! {
-            biased;
-            line = &mut answer => Waited::Answer(line.ok()),
-            joined = &mut dispatched => match joined {
-                Ok(()) => Waited::Answer((&mut answer).await.ok()),
-                Err(_) => Waited::Failed,
-            },
+    // The message runs here, a tool call included; its answer is written before it returns. Its
+    // own bounds (the shop's timeout on each call, the store's statement timeout) end it within
+    // `answer_within`, which still bounds the wait for an answer written later.
+    let started = Instant::now();
+    let waited = match run_here(|| session.proxy.handle_message_here(message)) {
+        Err(()) => Ok(Waited::Failed),
+        Ok(()) => {
+            let left = state.answer_within.saturating_sub(started.elapsed());
+            tokio::time::timeout(left, &mut answer)
+                .await
+                .map(|line| Waited::Answer(line.ok()))
         }
-    })
-    .await;
+    };
     let line = match waited {
         Ok(Waited::Answer(Some(line))) => line,
         Ok(Waited::Failed) => {
