@@ -445,15 +445,16 @@ fn cut_round(test: &str, schema: &pg_support::Schema, shift: i64) {
     drop(fixtures::open_store(&home, Some(&url)));
     let done = Arc::new(AtomicBool::new(false));
     let cuts = Arc::new(AtomicUsize::new(0));
-    let threads = 4;
-    // Every worker has its store open before the first cut.
-    let barrier = Arc::new(Barrier::new(threads + 1));
-    let workers: Vec<_> = (0..threads)
-        .map(|t| {
-            let (home, url, barrier) = (home.clone(), url.clone(), Arc::clone(&barrier));
+    // Every store is open before the first cut, and opened here: a store that cannot open fails
+    // the test at once instead of leaving the others waiting for it.
+    let stores: Vec<Store> = (0..4)
+        .map(|_| fixtures::open_store(&home, Some(&url)))
+        .collect();
+    let workers: Vec<_> = stores
+        .into_iter()
+        .enumerate()
+        .map(|(t, store)| {
             std::thread::spawn(move || {
-                let store = fixtures::open_store(&home, Some(&url));
-                barrier.wait();
                 let mut permits = Vec::new();
                 for n in 0..40 {
                     let checkout = format!("gid://fixture/Checkout/cut-{t}-{n}");
@@ -484,7 +485,6 @@ fn cut_round(test: &str, schema: &pg_support::Schema, shift: i64) {
             })
         })
         .collect();
-    barrier.wait();
     let cutter = {
         let (done, cuts) = (Arc::clone(&done), Arc::clone(&cuts));
         let mut client = schema.client();
