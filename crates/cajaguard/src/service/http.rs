@@ -2,8 +2,9 @@
 //! `/metrics`. Every `/mcp` request is checked in this order, and nothing later runs for one that
 //! fails: `Origin` (403), the bearer token (401), the session (404), then the message, which runs
 //! on the thread that read it, a tool call included, while the runtime's worker role moves to
-//! another thread (the proxy and the store are synchronous; no transaction sits in a future). A token the store confirmed within [`super::TOKEN_RECHECK`]
-//! is checked without leaving the runtime; any other is looked up on the blocking pool.
+//! another thread (the proxy and the store are synchronous; no transaction sits in a future).
+//! A token the store confirmed within [`super::TOKEN_RECHECK`] is checked without leaving the
+//! runtime; any other is looked up on the blocking pool.
 //!
 //! Every refusal on `/mcp` is `application/json`: a JSON-RPC error with `id: null` (the body was
 //! not read) whose message says what to do. Streamable HTTP lets the body of an HTTP error carry
