@@ -92,6 +92,62 @@ impl<'de> serde::Deserialize<'de> for OrderedMembers {
     }
 }
 
+/// Whether `json` is one JSON value as `serde_json::Value` reads it, keeping nothing. Unlike
+/// `serde::de::IgnoredAny`, which skips a number's digits unread, every number is read, so one
+/// past a double's range (`1e400`) is refused here as it is wherever the value is read later:
+/// what passes this check is what the tripwire, the gate and the forwarding can parse.
+pub fn is_json(json: &str) -> bool {
+    let mut deserializer = serde_json::Deserializer::from_str(json);
+    <ReadAll as serde::Deserialize>::deserialize(&mut deserializer).is_ok()
+        && deserializer.end().is_ok()
+}
+
+/// Any JSON value, read through and dropped.
+struct ReadAll;
+
+impl<'de> serde::Deserialize<'de> for ReadAll {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer
+            .deserialize_any(ReadAllVisitor)
+            .map(|()| ReadAll)
+    }
+}
+
+struct ReadAllVisitor;
+
+impl<'de> Visitor<'de> for ReadAllVisitor {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<ReadAll>()?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_entry::<ReadAll, ReadAll>()?.is_some() {}
+        Ok(())
+    }
+}
+
 /// The first duplicated key anywhere in `json` (at any depth), or `None`. Invalid JSON is reported
 /// as `Err`. Keys are compared after unescaping, as a parser would.
 pub fn find_duplicate_key(json: &str) -> Result<Option<String>, serde_json::Error> {
@@ -176,6 +232,31 @@ mod tests {
             object.to_json(),
             r#"{"b":1.50,"a":{"x" : [1,2]},"c":"\u00e9","d":true}"#
         );
+    }
+
+    #[test]
+    fn is_json_reads_every_number_as_a_value_would() {
+        // Found by the fuzzer (jsonrpc target): an agent's line with a member `1444444E444...3`
+        // passed the envelope's check, which skipped numbers unread, though no later reader of
+        // the line could parse it.
+        for text in [
+            r#"{"a":1e400}"#,
+            r#"[1, -1.5e999]"#,
+            r#"{"a":[{"b":2E+400}]}"#,
+        ] {
+            assert!(!is_json(text), "{text}");
+            assert!(serde_json::from_str::<serde_json::Value>(text).is_err());
+        }
+        for text in [
+            r#"{"a":1e300,"a":0e99999}"#,
+            "[18446744073709551616, -0.0, null]",
+            "\"x\"",
+        ] {
+            assert!(is_json(text), "{text}");
+            assert!(serde_json::from_str::<serde_json::Value>(text).is_ok());
+        }
+        assert!(!is_json(r#"{"a":1} {"#));
+        assert!(!is_json(r#"{"a":}"#));
     }
 
     #[test]

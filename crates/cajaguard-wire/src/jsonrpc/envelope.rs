@@ -5,6 +5,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::messages::error;
+use crate::rawjson;
 
 /// JSON-RPC error codes the proxy uses.
 pub const PARSE_ERROR: i64 = -32700;
@@ -103,11 +104,11 @@ impl Envelope {
             code: INVALID_REQUEST,
             message,
         };
-        if serde_json::from_str::<serde::de::IgnoredAny>(line).is_err() {
+        if !rawjson::is_json(line) {
             return Err(Invalid {
                 id: None,
                 code: PARSE_ERROR,
-                message: "not JSON; CajaGuard reads one JSON-RPC message per line",
+                message: "not JSON (or a number past a 64-bit float's range); CajaGuard reads one JSON-RPC message per line",
             });
         }
         let Ok(loose) = serde_json::from_str::<Loose>(line) else {
@@ -238,6 +239,12 @@ mod tests {
         assert_eq!(
             err(r#"{"jsonrpc":"1.0","id":18446744073709551615,"method":"ping"}"#),
             (INVALID_REQUEST, Some("18446744073709551615".into()))
+        );
+        // Found by the fuzzer: a member holding a number past a double's range is not read as
+        // JSON by anything after the envelope, so the line is a parse error, not a message.
+        assert_eq!(
+            err(r#"{"jsonrpc":"2.0","id":1,"x":1444444E4444444444444444444443,"method":"ping"}"#),
+            (PARSE_ERROR, None)
         );
         assert_eq!(err("42"), (INVALID_REQUEST, None));
         assert_eq!(err(r#"{"jsonrpc":"2.0"}"#), (INVALID_REQUEST, None));
