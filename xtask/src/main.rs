@@ -25,11 +25,14 @@ use anyhow::{Context, Result, bail};
 
 const USAGE: &str = "usage: cargo xtask report [--quick] [--out DIR]
        cargo xtask service-throughput [--quick]
+       cargo xtask pg-gate [--quick]
 
   report        run every scenario and timing; write cajaguard.md and cajaguard.json
   service-throughput
                 only the report's service throughput section, printed with the machine's CPU
                 use over each run (for working on it; writes nothing)
+  pg-gate       only the report's PostgreSQL Store::gate rows and their commit floor, printed
+                (for working on them; writes nothing)
   --quick       small n and 10^5 (not 10^6) ledger rows; writes target/report/ by default
   --out DIR     where to write the report (full mode default: reports/, which also refreshes README.md)";
 
@@ -43,6 +46,7 @@ struct Args {
 enum Task {
     Report,
     ServiceThroughput,
+    PgGate,
 }
 
 fn parse_args() -> Result<Args> {
@@ -50,6 +54,7 @@ fn parse_args() -> Result<Args> {
     let task = match args.next().as_deref() {
         Some("report") => Task::Report,
         Some("service-throughput") => Task::ServiceThroughput,
+        Some("pg-gate") => Task::PgGate,
         Some("-h" | "--help") | None => bail!("{USAGE}"),
         Some(other) => bail!("unknown task {other:?}\n{USAGE}"),
     };
@@ -83,6 +88,7 @@ fn main() -> ExitCode {
     let outcome = match args.task {
         Task::Report => report(&args),
         Task::ServiceThroughput => service_throughput(&args),
+        Task::PgGate => pg_gate(&args),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,
@@ -133,6 +139,37 @@ fn service_throughput(args: &Args) -> Result<bool> {
         busy.0 * 100.0
     );
     Ok(t.met)
+}
+
+/// `cargo xtask pg-gate`: the PostgreSQL gate rows alone, each beside the commit floor.
+fn pg_gate(args: &Args) -> Result<bool> {
+    let root = workspace_root();
+    let scratch = tempfile::Builder::new()
+        .prefix("pg-gate-")
+        .tempdir_in(root.join("target"))?;
+    let sizes = if args.quick {
+        timing::Sizes::quick()
+    } else {
+        timing::Sizes::full()
+    };
+    let t = timing::postgres_only(scratch.path(), sizes, &|p| eprintln!("{p}"))?;
+    let mut met = true;
+    for row in t.floors.iter().chain(&t.rows) {
+        let target = row.target.as_ref();
+        met &= target.is_none_or(|t| t.met);
+        println!(
+            "{}: p50 {:.1} µs, p95 {:.1} µs{}",
+            row.name,
+            row.summary.p50_ns / 1e3,
+            row.summary.p95_ns / 1e3,
+            target.map_or(String::new(), |t| format!(
+                "; {}: {}",
+                t.goal,
+                if t.met { "met" } else { "missed" }
+            ))
+        );
+    }
+    Ok(met)
 }
 
 fn workspace_root() -> PathBuf {

@@ -1236,7 +1236,7 @@ fn postgres_concurrent_starters_migrate_once() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2, 3, 4, 5]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6]);
     for (n, store) in stores.iter().enumerate() {
         gate_with(
             store,

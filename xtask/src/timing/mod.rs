@@ -165,6 +165,22 @@ pub(super) fn floor_row(key: &str, name: &str, summary: Summary) -> Row {
     }
 }
 
+/// The PostgreSQL rows alone, with their floor (`cargo xtask pg-gate`, for working on them).
+pub fn postgres_only(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> Result<Timing> {
+    let mut t = Timing {
+        floors: Vec::new(),
+        rows: Vec::new(),
+        left_out: Vec::new(),
+    };
+    let homes = tempfile::Builder::new()
+        .prefix("timing-")
+        .tempdir_in(scratch)?;
+    if let Some(left_out) = postgres::postgres_rows(&mut t, homes.path(), sizes, progress)? {
+        anyhow::bail!("{left_out}");
+    }
+    Ok(t)
+}
+
 pub fn run(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> Result<Timing> {
     let setup = crate::scenarios::setup(scratch);
     let mut t = Timing {

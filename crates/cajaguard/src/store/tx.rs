@@ -128,7 +128,7 @@ pub(super) trait Tx:
     /// Makes every other gate in `currency` wait until this transaction ends, whatever host it
     /// runs on, and then takes [`Tx::lock_checkout`] for `checkout_id` (in that order, always).
     /// SQLite: nothing to do, `BEGIN IMMEDIATE` already holds the database's write lock.
-    /// PostgreSQL: a row lock on `currency_locks`, then the checkout's, in one statement.
+    /// PostgreSQL: the currency's advisory lock, then the checkout's, in one statement.
     fn lock_gate(&mut self, currency: &str, checkout_id: &str) -> Result<(), StoreError>;
     /// `settled + in_flight` over the buckets of `currency` (an account: see
     /// `ledger::account`) from `from_hour` on.

@@ -21,6 +21,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("migrations/0004_audit_log.sql"),
     ),
     (5, "agents", include_str!("migrations/0005_agents.sql")),
+    (
+        6,
+        "currency_advisory_lock",
+        include_str!("migrations/0006_currency_advisory_lock.sql"),
+    ),
 ];
 
 /// The latest version this build knows.

@@ -3,9 +3,9 @@
 //! so a request blocked on one host can be approved from another and the approval is honoured on
 //! every host, exactly once.
 //!
-//! **Row locks, not SERIALIZABLE.** Transactions run at READ COMMITTED. A gate transaction first
-//! locks its currency's row in `currency_locks` (an upsert, which creates and locks it in one round
-//! trip), then reads the buckets and locks the checkout's ledger row (`FOR UPDATE`), calls the pure
+//! **Locks, not SERIALIZABLE.** Transactions run at READ COMMITTED. A gate transaction first
+//! takes its currency's advisory lock (migration 0006; before it, a row of `currency_locks`), then
+//! reads the buckets and locks the checkout's ledger row (`FOR UPDATE`), calls the pure
 //! `decide`, writes the effect and the audit row, and commits. Two hosts deciding in one currency
 //! therefore take turns exactly like SQLite's `BEGIN IMMEDIATE` (each statement after the lock sees
 //! everything committed before it), while different currencies never wait for each other. Under

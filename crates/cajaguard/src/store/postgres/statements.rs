@@ -26,13 +26,13 @@ pub(super) const EXPLAIN_WINDOW_SUM: &str = concat!("EXPLAIN ", window_sum!());
 
 impl Tx for PgTx<'_> {
     fn lock_gate(&mut self, currency: &str, checkout_id: &str) -> Result<(), StoreError> {
-        // ON CONFLICT DO UPDATE locks the existing row (or the one just inserted) until commit;
-        // RETURNING runs after that, so the checkout's lock (see `lock_checkout`) comes second,
-        // as in every other transaction that takes both.
+        // The currency's lock, then the checkout's (see `lock_checkout`), as every transaction
+        // that takes both: the subquery (OFFSET 0, so it is not flattened) yields its row, its
+        // lock held, before the outer select takes the second. Advisory locks, so a gate writes
+        // nothing to take them (migration 0006). Two currencies whose hashes meet only take turns.
         self.defer(
-            "INSERT INTO currency_locks (currency) VALUES ($1)
-             ON CONFLICT (currency) DO UPDATE SET currency = excluded.currency
-             RETURNING pg_advisory_xact_lock(1667720039, hashtext($2))",
+            "SELECT pg_advisory_xact_lock(1667720039, hashtext($2))
+             FROM (SELECT pg_advisory_xact_lock(1667720040, hashtext($1)) OFFSET 0) AS currency",
             &[&currency, &checkout_id],
         )
     }
@@ -243,13 +243,7 @@ impl Tx for PgTx<'_> {
     }
 
     fn in_flight_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError> {
-        Ok(self
-            .in_flight_rows(
-                "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
-                 WHERE checkout_id = $1 AND state = 'in_flight'",
-                &[&checkout_id],
-            )?
-            .pop())
+        Ok(self.in_flight_rows(IN_FLIGHT_OF, &[&checkout_id])?.pop())
     }
 
     fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError> {
@@ -460,16 +454,26 @@ const GATE_READS: &str = "SELECT
 /// the currency (`$1`) and the agent's account (`$2`, `''` for none), and those of the checkout's
 /// reservation in flight (`$4`), which a new reservation releases. A bucket not there yet is
 /// made by a gate, under the currency's lock. Each is found through the primary key (an `OR`
-/// across them scanned every bucket, with the ledger probed for each).
-const GATE_LOCKS: &str = "SELECT 1 FROM spend_buckets b
+/// across them scanned every bucket, with the ledger probed for each), and so is the checkout's
+/// ledger row (see [`IN_FLIGHT_OF`]).
+pub(super) const GATE_LOCKS: &str = "WITH l AS MATERIALIZED (SELECT currency, hour, agent, state FROM ledger WHERE checkout_id = $4)
+ SELECT 1 FROM spend_buckets b
  JOIN (SELECT $1::TEXT AS account, $3::BIGINT AS hour
        UNION ALL SELECT $2, $3
-       UNION ALL SELECT l.currency, l.hour FROM ledger l WHERE l.checkout_id = $4 AND l.state = 'in_flight'
-       UNION ALL SELECT l.currency || '/' || l.agent, l.hour FROM ledger l
-                 WHERE l.checkout_id = $4 AND l.state = 'in_flight' AND l.agent IS NOT NULL) AS k
+       UNION ALL SELECT currency, hour FROM l WHERE state = 'in_flight'
+       UNION ALL SELECT currency || '/' || agent, hour FROM l WHERE state = 'in_flight' AND agent IS NOT NULL) AS k
    ON b.currency = k.account AND b.hour = k.hour
  ORDER BY b.currency, b.hour
  FOR UPDATE OF b";
+
+/// The checkout's reservation in flight. Its ledger row is read by the key alone, in a
+/// `MATERIALIZED` CTE, and `state` tested after: given `checkout_id = $1 AND state =
+/// 'in_flight'`, the planner may answer from the partial index `ledger_in_flight`, filtering on
+/// the id, a scan of every reservation in flight. Statistics taken while few are in flight make
+/// that plan look cheapest, and the generic plan keeps it as they grow (it made the gate's locks
+/// cost O(reservations in flight)). [`GATE_LOCKS`] reads the row the same way.
+pub(super) const IN_FLIGHT_OF: &str = "WITH l AS MATERIALIZED (SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile, state FROM ledger WHERE checkout_id = $1)
+ SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM l WHERE state = 'in_flight'";
 
 /// The request's pending row, which a refusal may rewrite: locked before the log's head, as
 /// `approve` takes it.
