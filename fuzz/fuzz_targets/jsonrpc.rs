@@ -69,7 +69,13 @@ fn check(text: &str) {
     // with; what passes is JSON-RPC 2.0, what fails never lends its answer an invalid id.
     match jsonrpc::Envelope::parse_agent(text, &|m| m == "tools/call") {
         Ok(envelope) => {
-            let value: Value = serde_json::from_str(text).expect("a valid envelope is JSON");
+            // A valid envelope is JSON every reader can parse, or nested past serde_json's
+            // limit, which every reader refuses with an error saying so.
+            let value: Value = match serde_json::from_str(text) {
+                Ok(value) => value,
+                Err(e) if rawjson::is_too_deep(&e) => return,
+                Err(e) => panic!("a valid envelope is not JSON ({e}): {text:?}"),
+            };
             assert_eq!(value["jsonrpc"], "2.0", "{text:?}");
             assert!(
                 envelope.method.is_some() || envelope.result.is_some() || envelope.error.is_some()

@@ -95,11 +95,23 @@ impl<'de> serde::Deserialize<'de> for OrderedMembers {
 /// Whether `json` is one JSON value as `serde_json::Value` reads it, keeping nothing. Unlike
 /// `serde::de::IgnoredAny`, which skips a number's digits unread, every number is read, so one
 /// past a double's range (`1e400`) is refused here as it is wherever the value is read later:
-/// what passes this check is what the tripwire, the gate and the forwarding can parse.
+/// what passes this check is what the tripwire, the gate and the forwarding can parse, or nested
+/// past serde_json's limit of 128 levels, which every later reader refuses with an error that
+/// says so (here the skip, which needs no limit, tells whether the rest is JSON).
 pub fn is_json(json: &str) -> bool {
     let mut deserializer = serde_json::Deserializer::from_str(json);
-    <ReadAll as serde::Deserialize>::deserialize(&mut deserializer).is_ok()
-        && deserializer.end().is_ok()
+    let read = <ReadAll as serde::Deserialize>::deserialize(&mut deserializer)
+        .and_then(|ReadAll| deserializer.end());
+    match read {
+        Ok(()) => true,
+        Err(e) if is_too_deep(&e) => serde_json::from_str::<IgnoredAny>(json).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// serde_json stopped at its nesting limit (it says so only in the message).
+pub fn is_too_deep(e: &serde_json::Error) -> bool {
+    e.to_string().contains("recursion limit")
 }
 
 /// Any JSON value, read through and dropped.
@@ -257,6 +269,11 @@ mod tests {
         }
         assert!(!is_json(r#"{"a":1} {"#));
         assert!(!is_json(r#"{"a":}"#));
+        // Past the nesting limit no reader gets as far as the numbers: the line is JSON if the
+        // skip says so, and its params are refused later for their depth.
+        let deep = format!("{}{}", "[".repeat(300), "]".repeat(300));
+        assert!(is_json(&deep));
+        assert!(!is_json(&format!("{}{}", "[".repeat(300), "]".repeat(299))));
     }
 
     #[test]

@@ -361,7 +361,7 @@ impl Proxy {
             Err(e) => {
                 // serde_json stops at 128 levels of nesting, before any recursive walk of ours
                 // (duplicate keys, tripwire) could run out of stack; say so plainly.
-                let message = if e.to_string().contains("recursion limit") {
+                let message = if rawjson::is_too_deep(&e) {
                     format!(
                         "tools/call params nested more than {MAX_JSON_DEPTH} levels deep are refused by CajaGuard"
                     )

@@ -6,4 +6,4 @@
 -- would lock the row and not the advisory lock, can no longer gate at all: its gates fail
 -- (relation does not exist) and are refused, rather than deciding beside the new ones without
 -- waiting for them. Restart every host on this version.
-DROP TABLE currency_locks;
+DROP TABLE IF EXISTS currency_locks;
