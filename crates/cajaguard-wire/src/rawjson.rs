@@ -93,11 +93,11 @@ impl<'de> serde::Deserialize<'de> for OrderedMembers {
 }
 
 /// Whether `json` is one JSON value as `serde_json::Value` reads it, keeping nothing. Unlike
-/// `serde::de::IgnoredAny`, which skips a number's digits unread, every number is read, so one
-/// past a double's range (`1e400`) is refused here as it is wherever the value is read later:
-/// what passes this check is what the tripwire, the gate and the forwarding can parse, or nested
-/// past serde_json's limit of 128 levels, which every later reader refuses with an error that
-/// says so (here the skip, which needs no limit, tells whether the rest is JSON).
+/// `serde::de::IgnoredAny`, which skips numbers and escapes unread, every value is read, so a
+/// number past a double's range (`1e400`) or an unpaired surrogate escape (`"\ud83d"`) is
+/// refused here as wherever the value is read later. Past serde_json's limit of 128 levels of
+/// nesting, the skip (which needs no limit) decides: the part of such a message that is read
+/// later (`params`) is refused then, with an error that says it is too deep.
 pub fn is_json(json: &str) -> bool {
     let mut deserializer = serde_json::Deserializer::from_str(json);
     let read = <ReadAll as serde::Deserialize>::deserialize(&mut deserializer)
@@ -255,6 +255,7 @@ mod tests {
             r#"{"a":1e400}"#,
             r#"[1, -1.5e999]"#,
             r#"{"a":[{"b":2E+400}]}"#,
+            r#"{"a":"\ud83d"}"#,
         ] {
             assert!(!is_json(text), "{text}");
             assert!(serde_json::from_str::<serde_json::Value>(text).is_err());

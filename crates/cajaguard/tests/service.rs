@@ -543,6 +543,43 @@ fn a_line_break_in_a_body_never_smuggles_a_message_to_the_shop() {
     assert_eq!(world.completes_reaching_shop(&checkout), 1);
 }
 
+/// Red-team finding: a message that is JSON to the grammar but holds a value no reader can
+/// parse (an unpaired surrogate escape, a truncated emoji; a number past a double's range), or a
+/// duplicated envelope member, was answered by the proxy with `id: null`, which the service
+/// could match to no waiting request: the POST hung for `answer_within` and kept its slot. It is
+/// answered at once, under its own id where it has one, and nothing reaches the shop.
+#[test]
+fn a_message_no_reader_can_parse_is_answered_at_once_under_its_id() {
+    let (world, served) = two_agents();
+    let alice = HttpMcp::connect(&served.url, ALICE);
+    let bodies = [
+        (
+            r#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":72,"method":"tools/list"}"#,
+            json!(null),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":71,"method":"tools/call","params":{"name":"search_catalog","arguments":{"query":"\ud83d"}}}"#,
+            json!(71),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":"n","method":"tools/call","params":{"name":"search_catalog","arguments":{"limit":1e400}}}"#,
+            json!("n"),
+        ),
+    ];
+    for (body, id) in bodies {
+        // Before the fix: 504 once `answer_within` (3 x the shop timeout + 10 s) ran out.
+        let reply = alice.post_message_raw(body);
+        assert_eq!(reply.status, 400, "{body}: {reply:?}");
+        let answer = reply.json();
+        assert_eq!(answer["id"], id, "{body}: {answer}");
+        assert!(answer["error"]["code"].is_i64(), "{body}: {answer}");
+    }
+    // The same ids are free again: nothing was left waiting under them.
+    let reply = alice.post_message(&json!({"jsonrpc": "2.0", "id": 71, "method": "tools/list"}));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(world.shop_calls().len(), 0);
+}
+
 #[test]
 fn a_response_from_the_client_is_taken_without_waiting() {
     let (_world, served) = two_agents();

@@ -83,6 +83,10 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue
     Box::<RawValue>::deserialize(d).map(Some)
 }
 
+/// Why a line that is JSON to the grammar is refused when `serde_json::Value` cannot read it
+/// (`rawjson::is_json`): the envelope, the tripwire and the forwarding all read that way.
+const UNREADABLE: &str = "the message holds a value CajaGuard cannot read: a number past a 64-bit float's range, or an unpaired UTF-16 surrogate escape";
+
 /// A string or an integer (MCP: never `null`, and JSON-RPC discourages fractions).
 pub(super) fn valid_id(id: &RawValue) -> bool {
     let raw = id.get();
@@ -104,13 +108,16 @@ impl Envelope {
             code: INVALID_REQUEST,
             message,
         };
-        if !rawjson::is_json(line) {
+        if serde_json::from_str::<serde::de::IgnoredAny>(line).is_err() {
             return Err(Invalid {
                 id: None,
                 code: PARSE_ERROR,
-                message: "not JSON (or a number past a 64-bit float's range); CajaGuard reads one JSON-RPC message per line",
+                message: "not JSON; CajaGuard reads one JSON-RPC message per line",
             });
         }
+        // JSON to the grammar, yet holding a value no later reader can parse: refused, with the
+        // line's id, once the rest of the envelope has been judged (see `UNREADABLE`).
+        let readable = rawjson::is_json(line);
         let Ok(loose) = serde_json::from_str::<Loose>(line) else {
             return Err(invalid(
                 None,
@@ -134,6 +141,9 @@ impl Envelope {
             ));
         }
         let Some(method) = loose.method else {
+            if !readable {
+                return Err(invalid(answer_id, UNREADABLE));
+            }
             if loose.result.is_some() || loose.error.is_some() {
                 return Ok(Envelope {
                     id: loose.id,
@@ -159,6 +169,17 @@ impl Envelope {
                     INVALID_REQUEST
                 },
                 message: "params must be an object or an array",
+            });
+        }
+        if !readable {
+            return Err(Invalid {
+                id: answer_id,
+                code: if known(&method) {
+                    INVALID_PARAMS
+                } else {
+                    INVALID_REQUEST
+                },
+                message: UNREADABLE,
             });
         }
         Ok(Envelope {
@@ -240,11 +261,24 @@ mod tests {
             err(r#"{"jsonrpc":"1.0","id":18446744073709551615,"method":"ping"}"#),
             (INVALID_REQUEST, Some("18446744073709551615".into()))
         );
-        // Found by the fuzzer: a member holding a number past a double's range is not read as
-        // JSON by anything after the envelope, so the line is a parse error, not a message.
+        // Found by the fuzzer: a member holding a number past a double's range is read by
+        // nothing after the envelope, so the message is refused, with its id, as is one holding
+        // an unpaired surrogate escape (a truncated emoji); a known method's as bad params.
         assert_eq!(
             err(r#"{"jsonrpc":"2.0","id":1,"x":1444444E4444444444444444444443,"method":"ping"}"#),
-            (PARSE_ERROR, None)
+            (INVALID_REQUEST, Some("1".into()))
+        );
+        assert_eq!(
+            err(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"n":1e400}}"#),
+            (INVALID_PARAMS, Some("2".into()))
+        );
+        assert_eq!(
+            err(r#"{"jsonrpc":"2.0","id":"q","method":"other","params":{"t":"\ud83d"}}"#),
+            (INVALID_REQUEST, Some("\"q\"".into()))
+        );
+        assert_eq!(
+            err(r#"{"jsonrpc":"2.0","id":6,"result":{"n":-1e400}}"#),
+            (INVALID_REQUEST, Some("6".into()))
         );
         assert_eq!(err("42"), (INVALID_REQUEST, None));
         assert_eq!(err(r#"{"jsonrpc":"2.0"}"#), (INVALID_REQUEST, None));

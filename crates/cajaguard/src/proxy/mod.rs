@@ -489,7 +489,7 @@ pub(crate) enum CallsOn {
 }
 
 /// Methods the proxy serves (bad `params` for them are -32602, not -32600).
-fn known_method(method: &str) -> bool {
+pub(crate) fn known_method(method: &str) -> bool {
     matches!(
         method,
         "initialize" | "server/discover" | "ping" | "tools/list" | "tools/call"

@@ -366,6 +366,12 @@ async fn mcp(State(state): State<Shared>, request: axum::extract::Request) -> Re
             ),
         );
     }
+    // What the proxy would refuse as no valid message is answered here: its error may go out
+    // with `id: null`, which no waiting request could be matched to (the request would wait out
+    // `answer_within` and keep its slot and its id).
+    if let Err(invalid) = jsonrpc::Envelope::parse_agent(&message, &crate::proxy::known_method) {
+        return json(StatusCode::BAD_REQUEST, invalid.line());
+    }
     // Only a request (an id and a method) gets an answer; a response from the client (an id, no
     // method) is taken like a notification.
     let id = match peek.method {

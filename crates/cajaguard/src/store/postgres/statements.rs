@@ -29,10 +29,12 @@ impl Tx for PgTx<'_> {
         // The currency's lock, then the checkout's (see `lock_checkout`), as every transaction
         // that takes both: the subquery (OFFSET 0, so it is not flattened) yields its row, its
         // lock held, before the outer select takes the second. Advisory locks, so a gate writes
-        // nothing to take them (migration 0006). Two currencies whose hashes meet only take turns.
+        // nothing to take them (migration 0006); they are the database's, so the currency's is
+        // keyed by the schema too, as the row it replaces was, and stores in other schemas of
+        // the database never queue behind it. Two currencies whose hashes meet only take turns.
         self.defer(
             "SELECT pg_advisory_xact_lock(1667720039, hashtext($2))
-             FROM (SELECT pg_advisory_xact_lock(1667720040, hashtext($1)) OFFSET 0) AS currency",
+             FROM (SELECT pg_advisory_xact_lock(1667720040, hashtext(current_schema() || ':' || $1)) OFFSET 0) AS currency",
             &[&currency, &checkout_id],
         )
     }
