@@ -165,9 +165,9 @@ pub(super) fn floor_row(key: &str, name: &str, summary: Summary) -> Row {
     }
 }
 
-/// The PostgreSQL rows alone, with their floor (`cargo xtask pg-gate`, for working on them).
-pub fn postgres_only(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> Result<Timing> {
-    let mut t = Timing {
+/// No rows yet, and a folder for the homes the rows make.
+fn start(scratch: &Path) -> Result<(Timing, tempfile::TempDir)> {
+    let t = Timing {
         floors: Vec::new(),
         rows: Vec::new(),
         left_out: Vec::new(),
@@ -175,6 +175,12 @@ pub fn postgres_only(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> R
     let homes = tempfile::Builder::new()
         .prefix("timing-")
         .tempdir_in(scratch)?;
+    Ok((t, homes))
+}
+
+/// The PostgreSQL rows alone, with their floor (`cargo xtask pg-gate`, for working on them).
+pub fn postgres_only(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> Result<Timing> {
+    let (mut t, homes) = start(scratch)?;
     if let Some(left_out) = postgres::postgres_rows(&mut t, homes.path(), sizes, progress)? {
         anyhow::bail!("{left_out}");
     }
@@ -183,14 +189,7 @@ pub fn postgres_only(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> R
 
 pub fn run(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> Result<Timing> {
     let setup = crate::scenarios::setup(scratch);
-    let mut t = Timing {
-        floors: Vec::new(),
-        rows: Vec::new(),
-        left_out: Vec::new(),
-    };
-    let homes = tempfile::Builder::new()
-        .prefix("timing-")
-        .tempdir_in(scratch)?;
+    let (mut t, homes) = start(scratch)?;
 
     progress("floors: Ed25519 verify, pipe round trip, process spawn");
     t.floors.push(floor_row(

@@ -158,29 +158,23 @@ impl Envelope {
         let Ok(method) = serde_json::from_str::<String>(method.get()) else {
             return Err(invalid(answer_id, "the method must be a string"));
         };
+        // What is wrong with a known method's params is -32602; anything else's, -32600.
+        let bad_params = |message| Invalid {
+            id: answer_id.clone(),
+            code: if known(&method) {
+                INVALID_PARAMS
+            } else {
+                INVALID_REQUEST
+            },
+            message,
+        };
         if let Some(params) = &loose.params
             && !(params.get().starts_with('{') || params.get().starts_with('['))
         {
-            return Err(Invalid {
-                id: answer_id,
-                code: if known(&method) {
-                    INVALID_PARAMS
-                } else {
-                    INVALID_REQUEST
-                },
-                message: "params must be an object or an array",
-            });
+            return Err(bad_params("params must be an object or an array"));
         }
         if !readable {
-            return Err(Invalid {
-                id: answer_id,
-                code: if known(&method) {
-                    INVALID_PARAMS
-                } else {
-                    INVALID_REQUEST
-                },
-                message: UNREADABLE,
-            });
+            return Err(bad_params(UNREADABLE));
         }
         Ok(Envelope {
             id: loose.id,
