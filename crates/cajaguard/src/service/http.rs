@@ -4,15 +4,16 @@
 //! envelope check the proxy applies, answered here because the proxy's answer to an invalid
 //! message may carry `id: null`, which no waiting request matches), the session (404), then the
 //! message, which runs on the thread that read it, a tool call included, while the runtime's
-//! worker role moves to
-//! another thread (the proxy and the store are synchronous; no transaction sits in a future).
+//! worker role moves to another thread (the proxy and the store are synchronous; no transaction
+//! sits in a future).
 //! A token the store confirmed within [`super::TOKEN_RECHECK`] is checked without leaving the
 //! runtime; any other is looked up on the blocking pool.
 //!
 //! Every refusal on `/mcp` is `application/json`: a JSON-RPC error whose message says what to do,
-//! with `id: null` unless the body was read and its id could be (an invalid message's). Streamable HTTP lets the body of an HTTP error carry
-//! one, and clients surface it: the Python SDK shows only "Server returned an error response"
-//! for any other body, so an agent's operator never saw why the gate refused.
+//! with `id: null` unless the body was read and its id could be (an invalid message's).
+//! Streamable HTTP lets the body of an HTTP error carry one, and clients surface it: the Python
+//! SDK shows only "Server returned an error response" for any other body, so an agent's operator
+//! never saw why the gate refused.
 
 use std::net::TcpListener;
 use std::sync::Arc;
