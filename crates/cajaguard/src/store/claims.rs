@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::tx::{State, Tx};
+use super::tx::{ClaimRow, LedgerRow, State, Tx};
 use super::{StoreError, micros};
 
 /// Why a claim or lease was refused.
@@ -41,21 +41,22 @@ pub(super) fn claim(
     orphan_after: Duration,
 ) -> Result<Result<bool, Conflict>, StoreError> {
     tx.lock_checkout(checkout_id)?;
-    if tx.lease_live(checkout_id, micros(now))? {
+    let reads = tx.checkout_reads(checkout_id, Some(micros(now)))?;
+    if reads.lease_live {
         return Ok(Err(Conflict::UpdateInFlight));
     }
-    if let Some(row) = tx.ledger_row(checkout_id)?
+    if let Some(row) = &reads.row
         && row.state == State::InFlight
     {
         if row.idempotency_key != idempotency_key {
             return Ok(Err(Conflict::PaymentInFlight));
         }
-        if tx.claim_get(checkout_id)?.is_none() {
+        if reads.claim.is_none() {
             tx.claim_put(checkout_id, idempotency_key, micros(now))?;
         }
         return Ok(Ok(true));
     }
-    match tx.claim_get(checkout_id)? {
+    match reads.claim {
         Some(held) if held.idempotency_key == idempotency_key => Ok(Ok(false)),
         Some(held) if held.claimed_at_us > micros(now).saturating_sub(as_micros(orphan_after)) => {
             Ok(Err(Conflict::PaymentInFlight))
@@ -67,34 +68,33 @@ pub(super) fn claim(
     }
 }
 
-/// Whether the payment with `idempotency_key` still holds the checkout's claim.
-pub(super) fn held(
-    tx: &mut dyn Tx,
-    checkout_id: &str,
-    idempotency_key: &str,
-) -> Result<bool, StoreError> {
-    Ok(tx
-        .claim_get(checkout_id)?
-        .is_some_and(|held| held.idempotency_key == idempotency_key))
-}
-
-/// Ends the claim of a payment that was not forwarded. A claim that belongs to a reservation in
-/// flight (a refused retry) stays: that payment's outcome is still unknown.
+/// Ends the claim of a payment that was not forwarded (see [`ends_claim`]).
 pub(super) fn end_unreserved(
     tx: &mut dyn Tx,
     checkout_id: &str,
     idempotency_key: &str,
 ) -> Result<(), StoreError> {
-    if tx
-        .ledger_row(checkout_id)?
-        .is_some_and(|row| row.state == State::InFlight)
-    {
-        return Ok(());
-    }
-    if held(tx, checkout_id, idempotency_key)? {
+    // Under the checkout's lock, as every claim change: an attempt taking over this claim as
+    // abandoned must not lose its own to this delete.
+    tx.lock_checkout(checkout_id)?;
+    let reads = tx.checkout_reads(checkout_id, None)?;
+    if ends_claim(reads.row.as_ref(), reads.claim.as_ref(), idempotency_key) {
         tx.claim_delete(checkout_id)?;
     }
     Ok(())
+}
+
+/// Whether a payment with `idempotency_key` that was not forwarded ends the checkout's claim,
+/// given the checkout's rows read under its lock: only its own claim, and not one that belongs
+/// to a reservation in flight (a refused retry: that payment's outcome is still unknown).
+pub(super) fn ends_claim(
+    row: Option<&LedgerRow>,
+    claim: Option<&ClaimRow>,
+    idempotency_key: &str,
+) -> bool {
+    let reserved = row.is_some_and(|row| row.state == State::InFlight);
+    let held = claim.is_some_and(|held| held.idempotency_key == idempotency_key);
+    !reserved && held
 }
 
 /// Takes an update lease on `checkout_id` until `expires`, unless a payment holds it.
@@ -107,13 +107,11 @@ pub(super) fn lease(
     orphan_after: Duration,
 ) -> Result<Result<(), Conflict>, StoreError> {
     tx.lock_checkout(checkout_id)?;
-    if tx
-        .ledger_row(checkout_id)?
-        .is_some_and(|row| row.state == State::InFlight)
-    {
+    let reads = tx.checkout_reads(checkout_id, None)?;
+    if reads.row.is_some_and(|row| row.state == State::InFlight) {
         return Ok(Err(Conflict::PaymentInFlight));
     }
-    if let Some(held) = tx.claim_get(checkout_id)? {
+    if let Some(held) = reads.claim {
         if held.claimed_at_us > micros(now).saturating_sub(as_micros(orphan_after)) {
             return Ok(Err(Conflict::PaymentInFlight));
         }

@@ -146,7 +146,11 @@ impl Store {
                     if let Some(pending) = pending {
                         tx.upsert_pending(pending, micros(now))?;
                     }
-                    claims::end_unreserved(tx, &request.checkout_id, &request.idempotency_key)?;
+                    // From the rows read under the checkout's lock: the refusal wrote neither.
+                    let (row, claim) = (reads.row.as_ref(), reads.claim.as_ref());
+                    if claims::ends_claim(row, claim, &request.idempotency_key) {
+                        tx.claim_delete(&request.checkout_id)?;
+                    }
                 }
             }
             let mut record = audit.clone();

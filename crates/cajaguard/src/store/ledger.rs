@@ -206,7 +206,10 @@ pub(super) fn settle(
     now: OffsetDateTime,
 ) -> Result<(), StoreError> {
     tx.lock_checkout(checkout_id)?;
-    let Some(row) = tx.ledger_row(checkout_id)? else {
+    // The claim with the row, before any write: so the writes go out with COMMIT, and the buckets
+    // they lock are held only while the server applies them, never across a round trip.
+    let reads = tx.checkout_reads(checkout_id, None)?;
+    let Some(row) = reads.row else {
         tracing::warn!(
             checkout_id,
             "settling a checkout the ledger never reserved; ignored"
@@ -285,7 +288,7 @@ pub(super) fn settle(
         (Settlement::Released, State::Released) => {}
     }
     // Only this payment's claim: another attempt may have claimed the checkout since a release.
-    match tx.claim_get(checkout_id)? {
+    match reads.claim {
         Some(claim) if claim.idempotency_key == idempotency_key => tx.claim_delete(checkout_id),
         _ => Ok(()),
     }

@@ -8,9 +8,9 @@ use cajaguard_core::effect::PendingRequest;
 use tokio_postgres::Row;
 
 use super::log::{LOG_CLAIM, LOG_PREFETCH};
-use super::transaction::PgTx;
+use super::transaction::{PgTx, one_row};
 use crate::store::tx::{
-    ClaimRow, GateKeys, GateReads, LedgerRow, ReleasedBy, Reservation, State, Tx,
+    CheckoutReads, ClaimRow, GateKeys, GateReads, LedgerRow, ReleasedBy, Reservation, State, Tx,
 };
 use crate::store::{InFlight, PendingRow, StoreError, WindowSpend, pending};
 
@@ -171,11 +171,34 @@ impl Tx for PgTx<'_> {
 
     fn lease_live(&mut self, checkout_id: &str, now_us: i64) -> Result<bool, StoreError> {
         Ok(self
-            .query_opt(
-                "SELECT 1 FROM update_leases WHERE checkout_id = $1 AND expires_at > $2 LIMIT 1",
-                &[&checkout_id, &now_us],
-            )?
+            .query_opt(LEASE_LIVE, &[&checkout_id, &now_us])?
             .is_some())
+    }
+
+    fn checkout_reads(
+        &mut self,
+        checkout_id: &str,
+        lease_at_us: Option<i64>,
+    ) -> Result<CheckoutReads, StoreError> {
+        // With the checkout's lock queued before them (see transaction.rs), in one round trip.
+        let mut answers = match &lease_at_us {
+            Some(at_us) => self.query_all(&[
+                (LEASE_LIVE, &[&checkout_id, at_us]),
+                (LEDGER_ROW, &[&checkout_id]),
+                (CLAIM, &[&checkout_id]),
+            ])?,
+            None => self.query_all(&[(LEDGER_ROW, &[&checkout_id]), (CLAIM, &[&checkout_id])])?,
+        };
+        let claim = answers.pop().unwrap_or_default();
+        let row = answers.pop().unwrap_or_default();
+        let lease = answers.pop().unwrap_or_default();
+        Ok(CheckoutReads {
+            lease_live: !lease.is_empty(),
+            row: one_row(row)?
+                .map(|row| self.ledger_row_at(&row, 0))
+                .transpose()?,
+            claim: one_row(claim)?.map(|row| self.claim_of(&row)).transpose()?,
+        })
     }
 
     fn lease_put(
@@ -485,6 +508,8 @@ const LEDGER_ROW: &str =
     "SELECT idempotency_key, currency, reserved, charged, state, hour, digest, reserved_at,
         COALESCE(released_by = 'reconcile', FALSE), agent FROM ledger
  WHERE checkout_id = $1 FOR UPDATE";
+const LEASE_LIVE: &str =
+    "SELECT 1 FROM update_leases WHERE checkout_id = $1 AND expires_at > $2 LIMIT 1";
 const CLAIM: &str = "SELECT idempotency_key, claimed_at FROM claims WHERE checkout_id = $1";
 const FROZEN: &str = "SELECT frozen_at, reason FROM payment_freeze WHERE id = 1";
 const APPROVALS: &str =

@@ -12,7 +12,8 @@ use cajaguard_harness::pg;
 use super::Postgres;
 use super::connection::POOL_SIZE;
 use super::transaction::Access;
-use crate::store::StoreError;
+use crate::store::tx::{Reservation, State, Tx};
+use crate::store::{ReleasedBy, StoreError, claims, ledger};
 
 fn open(test: &str) -> Option<(pg::Schema, Postgres)> {
     let schema = pg::schema_or_notice(test)?;
@@ -347,4 +348,66 @@ fn a_checkouts_ledger_row_is_found_by_its_key_whatever_the_statistics() {
             "{name} must read the checkout's row by its key:\n{plan}"
         );
     }
+}
+
+/// A claim and a settlement read the checkout's rows in one round trip, so their writes go out
+/// with `COMMIT`: a settlement never holds the buckets it bumps, which every gate of the currency
+/// locks while it holds the currency's lock, across a round trip to this process.
+#[test]
+fn a_claim_and_a_settlement_read_in_one_round_trip_and_write_with_their_commit() {
+    let Some((_schema, store)) =
+        open("a_claim_and_a_settlement_read_in_one_round_trip_and_write_with_their_commit")
+    else {
+        return;
+    };
+    let now = time::macros::datetime!(2026-12-03 12:00 UTC);
+    let (claimed, claim_trips) = store
+        .run_pg(&mut |tx| {
+            let claimed = claims::claim(tx, "co_1", "key_1", now, Duration::from_secs(60))?;
+            Ok((claimed, tx.round_trips()))
+        })
+        .unwrap();
+    assert_eq!(claimed, Ok(false), "a fresh checkout is claimed");
+    assert_eq!(claim_trips, 1, "the claim's reads are one round trip");
+    store
+        .run_pg(&mut |tx| {
+            let reservation = Reservation {
+                checkout_id: "co_1",
+                idempotency_key: "key_1",
+                merchant: "shop.example",
+                currency: "USD",
+                total: 2400,
+                digest: "00",
+                revisit: false,
+                agent_profile: "",
+                agent: None,
+            };
+            ledger::reserve(tx, None, &reservation, now)
+        })
+        .unwrap();
+    let settle_trips = store
+        .run_pg(&mut |tx| {
+            let charge = cajaguard_core::settle::Charge::as_reserved(2400);
+            let settlement = cajaguard_core::settle::Settlement::Completed(charge);
+            ledger::settle(
+                tx,
+                "co_1",
+                "key_1",
+                &settlement,
+                ReleasedBy::Shop,
+                None,
+                now,
+            )?;
+            Ok(tx.round_trips())
+        })
+        .unwrap();
+    assert_eq!(settle_trips, 1, "the settlement's reads are one round trip");
+    let (state, claim) = store
+        .run_pg(&mut |tx| {
+            let reads = tx.checkout_reads("co_1", None)?;
+            Ok((reads.row.map(|row| row.state), reads.claim.is_some()))
+        })
+        .unwrap();
+    assert_eq!(state, Some(State::Settled), "and it settled");
+    assert!(!claim, "and ended the claim");
 }

@@ -82,6 +82,8 @@ pub(super) struct PgTx<'c> {
     /// A log index claimed ahead of its append (by the gate's reads); a transaction that ends
     /// without using it would leave a gap in the log, so it is never committed.
     pub(super) claimed_log_index: Option<u64>,
+    /// Round trips so far: what a lock taken in one is held across (tests count them).
+    round_trips: u32,
 }
 
 /// A statement waiting to be sent, its parameters already encoded (so it borrows nothing).
@@ -114,7 +116,14 @@ impl<'c> PgTx<'c> {
             failed: false,
             log_prefetch: Vec::new(),
             claimed_log_index: None,
+            round_trips: 0,
         }
+    }
+
+    /// How many times this transaction has waited for the server so far.
+    #[cfg(test)]
+    pub(super) fn round_trips(&self) -> u32 {
+        self.round_trips
     }
 
     /// Whether `COMMIT` went out: a lost connection before that rolled the transaction back.
@@ -225,14 +234,7 @@ impl<'c> PgTx<'c> {
         sql: &'static str,
         params: &Params<'_>,
     ) -> Result<Option<Row>, StoreError> {
-        let mut rows = self.query(sql, params)?;
-        if rows.len() > 1 {
-            return Err(StoreError::Inconsistent(format!(
-                "a statement expected to return at most one row returned {}",
-                rows.len()
-            )));
-        }
-        Ok(rows.pop())
+        one_row(self.query(sql, params)?)
     }
 
     /// Runs several reads in one round trip (with everything queued before them), in order; their
@@ -273,6 +275,7 @@ impl<'c> PgTx<'c> {
             return Ok(Vec::new());
         }
         self.begun = true;
+        self.round_trips += 1;
         let Session {
             client, runtime, ..
         } = &*self.session;
@@ -327,6 +330,17 @@ impl<'c> PgTx<'c> {
             self.get(row, 8)?,
         ))
     }
+}
+
+/// The row of a statement that returns at most one.
+pub(super) fn one_row(mut rows: Vec<Row>) -> Result<Option<Row>, StoreError> {
+    if rows.len() > 1 {
+        return Err(StoreError::Inconsistent(format!(
+            "a statement expected to return at most one row returned {}",
+            rows.len()
+        )));
+    }
+    Ok(rows.pop())
 }
 
 type Pending<'a> = Pin<Box<dyn Future<Output = Result<Answer, tokio_postgres::Error>> + 'a>>;
