@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use cajaguard::store::{ReleasedBy, Store};
+use cajaguard::store::{AuditRecord, ReleasedBy, Store};
 use cajaguard_core::approval::TrustedKeys;
 use cajaguard_core::effect::Effect;
 use cajaguard_core::policy::{ConfigOrigin, Policy};
@@ -111,6 +111,7 @@ fn purchase_many(dir: &Path, worker: &str, n: usize) -> (i64, i64) {
                     &settlement,
                     ReleasedBy::Shop,
                     now,
+                    &AuditRecord::new(now, "complete_checkout"),
                 )
                 .unwrap();
         } else {

@@ -234,7 +234,14 @@ fn reserve(
 /// The shop's outcome for the attempt `key` on `checkout`, now.
 fn settle(store: &Store, checkout: &str, key: &str, settlement: &Settlement) {
     store
-        .settle(checkout, key, settlement, ReleasedBy::Shop, NOW)
+        .settle(
+            checkout,
+            key,
+            settlement,
+            ReleasedBy::Shop,
+            NOW,
+            &record(NOW),
+        )
         .unwrap();
 }
 
@@ -566,6 +573,41 @@ fn settle_completed_counts_once_and_is_idempotent(fx: &Fixture) {
     assert_eq!(spend(store, NOW, "USD"), spent(9900, 0));
 }
 
+/// A settlement and its audit record are one transaction: recorded as what the shop said, and
+/// never applied when its record cannot be written (nor recorded when it cannot be applied).
+fn a_settlement_is_applied_only_with_its_audit_record(fx: &Fixture) {
+    let store = &fx.store;
+    let settled_records = |fx: &Fixture| {
+        fx.raw()
+            .one("SELECT COUNT(*) FROM audit WHERE verdict = 'settled' AND reason = 'completed'")
+    };
+    reserve(store, "c1", "k1", 2400, NOW);
+    settle(store, "c1", "k1", &completed(2400));
+    assert_eq!(spend(store, NOW, "USD"), spent(2400, 0));
+    assert_eq!(settled_records(fx), 1, "the settlement wrote its record");
+
+    reserve(store, "c2", "k2", 1000, NOW);
+    // The log's head gone, no record can be appended: the settlement must not apply either.
+    fx.raw().batch("DELETE FROM audit_log");
+    let err = store
+        .settle(
+            "c2",
+            "k2",
+            &completed(1000),
+            ReleasedBy::Shop,
+            NOW,
+            &record(NOW),
+        )
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Inconsistent(_)), "{err}");
+    assert_eq!(
+        spend(store, NOW, "USD"),
+        spent(2400, 1000),
+        "the reservation is still in flight"
+    );
+    assert_eq!(settled_records(fx), 1, "and nothing was recorded");
+}
+
 fn settle_released_frees_the_reservation_and_unknown_keeps_it(fx: &Fixture) {
     let store = &fx.store;
     reserve(store, "c1", "k1", 8900, NOW);
@@ -650,6 +692,7 @@ fn the_window_ends_at_whole_hours_and_errs_high(fx: &Fixture) {
             }),
             ReleasedBy::Shop,
             NOW,
+            &record(NOW),
         )
         .unwrap();
     assert_eq!(spend(store, NOW, "USD"), spent(250, 4));
@@ -753,13 +796,28 @@ fn buckets_always_agree_with_the_ledger(fx: &Fixture) {
                     &Settlement::Released,
                     ReleasedBy::Shop,
                     now,
+                    &record(now),
                 )
                 .unwrap(),
             3 => store
-                .settle(&checkout, &key, &completed(total), ReleasedBy::Shop, now)
+                .settle(
+                    &checkout,
+                    &key,
+                    &completed(total),
+                    ReleasedBy::Shop,
+                    now,
+                    &record(now),
+                )
                 .unwrap(),
             _ => store
-                .settle(&checkout, &key, &Settlement::Unknown, ReleasedBy::Shop, now)
+                .settle(
+                    &checkout,
+                    &key,
+                    &Settlement::Unknown,
+                    ReleasedBy::Shop,
+                    now,
+                    &record(now),
+                )
                 .unwrap(),
         }
     }
@@ -1542,7 +1600,7 @@ fn a_refusal_of_an_attempt_retried_since_releases_nothing(fx: &Fixture) {
     let second = gate(later, retry);
     // The shop refuses the first (say, "key in use") while the retry is at the shop.
     store
-        .settle_permit(&first, &Settlement::Released, later)
+        .settle_permit(&first, &Settlement::Released, later, &record(later))
         .unwrap();
     assert_eq!(spend(store, later, "USD").in_flight, 2400, "still counted");
     assert!(
@@ -1551,7 +1609,7 @@ fn a_refusal_of_an_attempt_retried_since_releases_nothing(fx: &Fixture) {
     );
     // The retry's own refusal releases.
     store
-        .settle_permit(&second, &Settlement::Released, later)
+        .settle_permit(&second, &Settlement::Released, later, &record(later))
         .unwrap();
     assert_eq!(spend(store, later, "USD"), WindowSpend::default());
 }
@@ -1566,6 +1624,7 @@ fn a_reconciliation_release_stays_revisited_after_later_attempts(fx: &Fixture) {
             &Settlement::Released,
             ReleasedBy::Reconcile,
             NOW,
+            &record(NOW),
         )
         .unwrap();
     reserve(store, "c1", "k2", 2400, NOW);
@@ -1939,6 +1998,7 @@ both!(
     forward_reserves_and_the_window_sees_it,
     settle_completed_counts_once_and_is_idempotent,
     settle_released_frees_the_reservation_and_unknown_keeps_it,
+    a_settlement_is_applied_only_with_its_audit_record,
     a_new_attempt_replaces_the_old_reservation,
     a_retry_needs_its_reservation,
     the_window_ends_at_whole_hours_and_errs_high,

@@ -346,6 +346,7 @@ fn crash_loop(home: &Path) {
                 &settled,
                 ReleasedBy::Shop,
                 NOW,
+                &AuditRecord::new(NOW, "complete_checkout"),
             )
             .unwrap();
         println!("\nCOMMITTED {n}");

@@ -24,7 +24,7 @@ use serde_json::value::RawValue;
 use super::checkout;
 use super::{Answer, Proxy, Reply, ShopError, refusal, shop_failure};
 use crate::store::{
-    AuditEvent, AuditRecord, Claim, Conflict, FrozenBy, Permit, SettledAs, StoreError,
+    AuditEvent, AuditRecord, Claim, Conflict, FrozenBy, Permit, ReleasedBy, SettledAs, StoreError,
 };
 use cajaguard_wire::rawjson::RawObject;
 
@@ -310,28 +310,28 @@ impl Proxy {
         started: Instant,
     ) {
         let now = (self.clock)();
-        if let Err(e) = self.store.settle_permit(permit, settlement, now) {
-            // The reservation and the claim stay: the spend still counts (fail closed).
-            tracing::error!("settlement not recorded, the reservation stays: {e}");
-        }
-        let (settled_as, note) = match settlement {
-            Settlement::Completed(charge) if charge.differs() => (
-                SettledAs::ChargedDiffers,
-                Some(differs_note(charge, quote.total, &quote.currency)),
-            ),
-            Settlement::Completed(_) => (SettledAs::Completed, None),
-            Settlement::Released => (SettledAs::Released, None),
-            Settlement::Unknown => (
-                SettledAs::OutcomeUnknown,
-                Some("the reservation and the claim stay until the outcome is known".into()),
-            ),
+        let note = match settlement {
+            Settlement::Completed(charge) if charge.differs() => {
+                Some(differs_note(charge, quote.total, &quote.currency))
+            }
+            Settlement::Unknown => {
+                Some("the reservation and the claim stay until the outcome is known".into())
+            }
+            Settlement::Completed(_) | Settlement::Released => None,
         };
         let mut record = decided.clone();
         record.at = now;
-        record.note = note.clone();
+        record.note = note;
         record.latency = started.elapsed();
-        if let Err(e) = self.store.audit(AuditEvent::Settled(settled_as), &record) {
-            tracing::error!("audit record not written: {e}");
+        if let Err(e) = self.store.settle_permit(permit, settlement, now, &record) {
+            // The reservation and the claim stay: the spend still counts (fail closed). The
+            // outcome still goes in the log, saying it was not applied.
+            tracing::error!("settlement not recorded, the reservation stays: {e}");
+            record.note = Some(not_applied(record.note.take()));
+            let event = AuditEvent::Settled(SettledAs::of(settlement, ReleasedBy::Shop));
+            if let Err(e) = self.store.audit(event, &record) {
+                tracing::error!("audit record not written: {e}");
+            }
         }
         if let Settlement::Completed(charge) = settlement
             && charge.differs()
@@ -377,6 +377,16 @@ fn store_failed(e: &StoreError) -> Ruling {
         Reason::StoreUnavailable,
         format!("the CajaGuard store failed, so nothing was paid: {e}"),
     )
+}
+
+/// The note of a settlement's record when the store could not apply the settlement: the record
+/// still says what the shop answered.
+fn not_applied(note: Option<String>) -> String {
+    let what = "the store could not apply this settlement: the reservation and the claim stay";
+    match note {
+        Some(note) => format!("{note}; {what}"),
+        None => what.to_owned(),
+    }
 }
 
 fn differs_note(charge: &Charge, quoted: i64, quoted_currency: &str) -> String {

@@ -23,7 +23,7 @@ use time::OffsetDateTime;
 
 use super::checkout;
 use super::{Proxy, Reply};
-use crate::store::{AuditEvent, AuditRecord, InFlight, ReleasedBy, SettledAs};
+use crate::store::{AuditRecord, InFlight, ReleasedBy};
 
 /// The UCP agent identity CajaGuard uses when it reads a checkout back on its own account.
 const RECONCILER_PROFILE: &str = "https://cajaguard.invalid/profiles/reconciler.json";
@@ -184,27 +184,14 @@ impl Proxy {
             return;
         }
         let now = (self.clock)();
-        if let Err(e) = self.store.settle(
-            &row.checkout_id,
-            &row.idempotency_key,
-            &settlement,
-            ReleasedBy::Reconcile,
-            now,
-        ) {
-            tracing::error!("reconciliation not recorded, the reservation stays: {e}");
-            return;
-        }
-        let (settled_as, note) = match &settlement {
-            Settlement::Completed(charge) => (
-                SettledAs::ReconciledCompleted,
-                charge.differs().then(|| {
-                    format!(
-                        "the shop charged {} minor units, more than the {} reserved; payments are frozen",
-                        charge.amount, row.total
-                    )
-                }),
-            ),
-            _ => (SettledAs::ReconciledReleased, None),
+        let note = match &settlement {
+            Settlement::Completed(charge) => charge.differs().then(|| {
+                format!(
+                    "the shop charged {} minor units, more than the {} reserved; payments are frozen",
+                    charge.amount, row.total
+                )
+            }),
+            Settlement::Released | Settlement::Unknown => None,
         };
         let record = AuditRecord {
             currency: Some(cajaguard_core::display::audit(&row.currency)),
@@ -214,8 +201,17 @@ impl Proxy {
             note,
             ..AuditRecord::new(now, super::tools::GATED_TOOL)
         };
-        if let Err(e) = self.store.audit(AuditEvent::Settled(settled_as), &record) {
-            tracing::error!("audit record not written: {e}");
+        if let Err(e) = self.store.settle(
+            &row.checkout_id,
+            &row.idempotency_key,
+            &settlement,
+            ReleasedBy::Reconcile,
+            now,
+            &record,
+        ) {
+            // Nothing changed, and the next pass asks the shop again.
+            tracing::error!("reconciliation not recorded, the reservation stays: {e}");
+            return;
         }
         if let Settlement::Completed(charge) = &settlement
             && charge.differs()

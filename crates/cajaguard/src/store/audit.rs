@@ -10,9 +10,10 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use cajaguard_core::audit_log::Leaf;
+use cajaguard_core::settle::Settlement;
 use cajaguard_core::verdict::Reason;
 
-use super::StoreError;
+use super::{ReleasedBy, StoreError};
 
 /// What an audit row says happened: its `verdict` and `reason` columns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +67,22 @@ pub enum SettledAs {
     ReconciledCompleted,
     /// Reconciliation read the checkout open or canceled: the reservation is released.
     ReconciledReleased,
+}
+
+impl SettledAs {
+    /// What a settlement learned from the shop's answer (`Shop`) or by reconciliation says.
+    pub fn of(settlement: &Settlement, learned_by: ReleasedBy) -> SettledAs {
+        match (settlement, learned_by) {
+            (Settlement::Unknown, _) => SettledAs::OutcomeUnknown,
+            (Settlement::Completed(_), ReleasedBy::Reconcile) => SettledAs::ReconciledCompleted,
+            (Settlement::Released, ReleasedBy::Reconcile) => SettledAs::ReconciledReleased,
+            (Settlement::Completed(charge), ReleasedBy::Shop) if charge.differs() => {
+                SettledAs::ChargedDiffers
+            }
+            (Settlement::Completed(_), ReleasedBy::Shop) => SettledAs::Completed,
+            (Settlement::Released, ReleasedBy::Shop) => SettledAs::Released,
+        }
+    }
 }
 
 /// Who or what froze payments.

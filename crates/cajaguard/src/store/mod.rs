@@ -345,12 +345,15 @@ impl Store {
         self.read(&mut |tx| tx.released_by_reconcile(micros(from)))
     }
 
-    /// Ends the reservation of `checkout_id`/`idempotency_key` as `settlement` says (Unknown: no change).
-    /// Idempotent: settling the same outcome twice changes nothing the second time. Settled spend is
-    /// never released.
+    /// Ends the reservation of `checkout_id`/`idempotency_key` as `settlement` says (Unknown: no change),
+    /// and appends `record` to the audit log in the same transaction, as what `settlement` says
+    /// ([`SettledAs::of`]): a settlement is never applied without its record, nor recorded
+    /// without being applied. Idempotent: settling the same outcome twice changes nothing in the
+    /// ledger the second time (each is recorded). Settled spend is never released.
     ///
     /// A completion or release ends the checkout's claim with it; `released_by` says who released.
     /// A completion that differs from its quote freezes payments in the same transaction.
+    #[allow(clippy::too_many_arguments)]
     pub fn settle(
         &self,
         checkout_id: &str,
@@ -358,9 +361,53 @@ impl Store {
         settlement: &Settlement,
         released_by: ReleasedBy,
         now: OffsetDateTime,
+        record: &AuditRecord,
     ) -> Result<(), StoreError> {
+        self.settle_recorded(
+            checkout_id,
+            idempotency_key,
+            settlement,
+            released_by,
+            None,
+            now,
+            record,
+        )
+    }
+
+    /// Settles the attempt `permit` forwarded, with its record (see [`Store::settle`]); a release
+    /// applies only if no retry of the same payment was forwarded since.
+    pub fn settle_permit(
+        &self,
+        permit: &Permit,
+        settlement: &Settlement,
+        now: OffsetDateTime,
+        record: &AuditRecord,
+    ) -> Result<(), StoreError> {
+        self.settle_recorded(
+            &permit.checkout_id,
+            &permit.idempotency_key,
+            settlement,
+            ReleasedBy::Shop,
+            Some(permit.forwarded_at),
+            now,
+            record,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn settle_recorded(
+        &self,
+        checkout_id: &str,
+        idempotency_key: &str,
+        settlement: &Settlement,
+        released_by: ReleasedBy,
+        forwarded_at: Option<OffsetDateTime>,
+        now: OffsetDateTime,
+        record: &AuditRecord,
+    ) -> Result<(), StoreError> {
+        let event = AuditEvent::Settled(SettledAs::of(settlement, released_by));
         if *settlement == Settlement::Unknown {
-            return Ok(());
+            return self.audit(event, record);
         }
         self.write(&mut |tx| {
             ledger::settle(
@@ -369,33 +416,10 @@ impl Store {
                 idempotency_key,
                 settlement,
                 released_by,
-                None,
+                forwarded_at,
                 now,
-            )
-        })
-    }
-
-    /// Settles the attempt `permit` forwarded (see [`Store::settle`]); a release applies only if
-    /// no retry of the same payment was forwarded since.
-    pub fn settle_permit(
-        &self,
-        permit: &Permit,
-        settlement: &Settlement,
-        now: OffsetDateTime,
-    ) -> Result<(), StoreError> {
-        if *settlement == Settlement::Unknown {
-            return Ok(());
-        }
-        self.write(&mut |tx| {
-            ledger::settle(
-                tx,
-                &permit.checkout_id,
-                &permit.idempotency_key,
-                settlement,
-                ReleasedBy::Shop,
-                Some(permit.forwarded_at),
-                now,
-            )
+            )?;
+            log::append(tx, event, record)
         })
     }
 

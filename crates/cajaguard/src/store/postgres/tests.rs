@@ -13,7 +13,9 @@ use super::Postgres;
 use super::connection::POOL_SIZE;
 use super::transaction::Access;
 use crate::store::tx::{Reservation, State, Tx};
-use crate::store::{ReleasedBy, StoreError, claims, ledger};
+use crate::store::{
+    AuditEvent, AuditRecord, ReleasedBy, SettledAs, StoreError, claims, ledger, log,
+};
 
 fn open(test: &str) -> Option<(pg::Schema, Postgres)> {
     let schema = pg::schema_or_notice(test)?;
@@ -351,8 +353,7 @@ fn a_checkouts_ledger_row_is_found_by_its_key_whatever_the_statistics() {
 }
 
 /// A claim and a settlement read the checkout's rows in one round trip, so their writes go out
-/// with `COMMIT`: a settlement never holds the buckets it bumps, which every gate of the currency
-/// locks while it holds the currency's lock, across a round trip to this process.
+/// with `COMMIT`; the settlement's audit record too, its log index claimed with the reads.
 #[test]
 fn a_claim_and_a_settlement_read_in_one_round_trip_and_write_with_their_commit() {
     let Some((_schema, store)) =
@@ -361,6 +362,9 @@ fn a_claim_and_a_settlement_read_in_one_round_trip_and_write_with_their_commit()
         return;
     };
     let now = time::macros::datetime!(2026-12-03 12:00 UTC);
+    store
+        .run_pg(&mut |tx| log::open(tx, "test.example/log").map(|_| ()))
+        .unwrap();
     let (claimed, claim_trips) = store
         .run_pg(&mut |tx| {
             let claimed = claims::claim(tx, "co_1", "key_1", now, Duration::from_secs(60))?;
@@ -398,10 +402,15 @@ fn a_claim_and_a_settlement_read_in_one_round_trip_and_write_with_their_commit()
                 None,
                 now,
             )?;
+            let event = AuditEvent::Settled(SettledAs::of(&settlement, ReleasedBy::Shop));
+            log::append(tx, event, &AuditRecord::new(now, "complete_checkout"))?;
             Ok(tx.round_trips())
         })
         .unwrap();
-    assert_eq!(settle_trips, 1, "the settlement's reads are one round trip");
+    assert_eq!(
+        settle_trips, 1,
+        "the settlement's reads, its locks and its record's log index are one round trip"
+    );
     let (state, claim) = store
         .run_pg(&mut |tx| {
             let reads = tx.checkout_reads("co_1", None)?;
