@@ -420,3 +420,52 @@ fn a_claim_and_a_settlement_read_in_one_round_trip_and_write_with_their_commit()
     assert_eq!(state, Some(State::Settled), "and it settled");
     assert!(!claim, "and ended the claim");
 }
+
+/// A currency's gate lock is the database's (an advisory lock), keyed by the schema too: a gate
+/// of the store in one schema waits for another gate of the same currency there, never for one
+/// of a store in another schema of the same database.
+#[test]
+fn a_currencys_gate_lock_is_held_per_schema() {
+    let Some((schema, store)) = open("a_currencys_gate_lock_is_held_per_schema") else {
+        return;
+    };
+    let Some((_other_schema, other)) = open("a_currencys_gate_lock_is_held_per_schema") else {
+        return;
+    };
+    let same = Postgres::open(&schema.url).unwrap();
+    let store = Arc::new(store);
+    let (held, release) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
+    let holder = {
+        let (store, held, release) = (store.clone(), held.clone(), release.clone());
+        std::thread::spawn(move || {
+            store
+                .run_pg(&mut |tx| {
+                    tx.lock_gate("USD", "co_holder")?;
+                    tx.query("SELECT 1", &[])?;
+                    held.wait();
+                    release.wait();
+                    Ok(())
+                })
+                .unwrap();
+        })
+    };
+    held.wait();
+    // Each try gives up on a lock after 300 ms (`Busy`) instead of waiting 5 s.
+    let gate_usd = |store: &Postgres| {
+        store.run_pg(&mut |tx| {
+            tx.execute("SET LOCAL lock_timeout = '300ms'", &[])?;
+            tx.lock_gate("USD", "co_other")?;
+            tx.query("SELECT 1", &[]).map(|_| ())
+        })
+    };
+    let in_other_schema = gate_usd(&other);
+    let in_same_schema = gate_usd(&same);
+    release.wait();
+    holder.join().unwrap();
+    assert!(
+        in_other_schema.is_ok(),
+        "another schema's gate does not wait: {in_other_schema:?}"
+    );
+    let err = in_same_schema.expect_err("the same schema's gate waits for the holder");
+    assert!(matches!(err, StoreError::Busy { .. }), "{err}");
+}
