@@ -274,7 +274,8 @@ fn rows_written_before_the_log_are_adopted_in_order(kind: Kind) {
     match kind {
         Kind::Sqlite => fx.sql(&format!("{downgrade} PRAGMA user_version = 3;")),
         Kind::Postgres => fx.sql(&format!(
-            "{downgrade} DELETE FROM schema_migrations WHERE version >= 4;"
+            "{downgrade} DROP FUNCTION cajaguard_log_append;
+             DELETE FROM schema_migrations WHERE version >= 4;"
         )),
     }
     let home = fx.tmp.path().join("home");

@@ -599,7 +599,7 @@ fn a_settlement_is_applied_only_with_its_audit_record(fx: &Fixture) {
             &record(NOW),
         )
         .unwrap_err();
-    assert!(matches!(err, StoreError::Inconsistent(_)), "{err}");
+    assert!(err.to_string().contains("no head row"), "{err}");
     assert_eq!(
         spend(store, NOW, "USD"),
         spent(2400, 1000),
@@ -1294,7 +1294,7 @@ fn postgres_concurrent_starters_migrate_once() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7]);
     for (n, store) in stores.iter().enumerate() {
         gate_with(
             store,

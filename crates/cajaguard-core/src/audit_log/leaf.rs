@@ -38,10 +38,39 @@ impl Leaf {
     /// µs and this runs in every gate transaction; integers JCS would format as floats fall back
     /// to the crate. A test checks both give the same bytes.
     pub fn canonical_bytes(&self) -> Vec<u8> {
-        let ints = [Some(self.at_us), Some(self.latency_us), self.total];
-        if self.index > jcs_max() || ints.iter().flatten().any(|i| !jcs::safe(*i)) {
+        if self.index > jcs_max() || !self.ints_are_exact() {
             return jcs::canonical(self);
         }
+        let (mut out, at) = self.written_around_index();
+        let mut digits = Vec::with_capacity(20);
+        int(&mut digits, self.index as i64);
+        out.splice(at..at, digits);
+        out
+    }
+
+    /// [`Leaf::canonical_bytes`] as the bytes before the index's digits and those after, whatever
+    /// `self.index` is: the record's bytes at index `n` are `before`, `n` in decimal, `after`,
+    /// for every `n` up to 2^53 - 1 (RFC 8785 writes larger ones as floats). `None` when another
+    /// integer is past that too. The PostgreSQL store hands these to the database, which learns
+    /// the index only when it takes the log's head.
+    pub fn canonical_around_index(&self) -> Option<(Vec<u8>, Vec<u8>)> {
+        if !self.ints_are_exact() {
+            return None;
+        }
+        let (mut before, at) = self.written_around_index();
+        let after = before.split_off(at);
+        Some((before, after))
+    }
+
+    fn ints_are_exact(&self) -> bool {
+        [Some(self.at_us), Some(self.latency_us), self.total]
+            .iter()
+            .flatten()
+            .all(|i| jcs::safe(*i))
+    }
+
+    /// The hand-written JCS bytes without the index's digits, and where they go.
+    fn written_around_index(&self) -> (Vec<u8>, usize) {
         let mut out = Vec::with_capacity(256);
         out.push(b'{');
         if let Some(agent) = &self.agent {
@@ -59,7 +88,7 @@ impl Leaf {
         key(&mut out, false, "idempotency_key");
         opt_str(&mut out, self.idempotency_key.as_deref());
         key(&mut out, false, "index");
-        int(&mut out, self.index as i64);
+        let at = out.len();
         key(&mut out, false, "latency_us");
         int(&mut out, self.latency_us);
         key(&mut out, false, "merchant");
@@ -80,7 +109,7 @@ impl Leaf {
         key(&mut out, false, "verdict");
         str(&mut out, &self.verdict);
         out.push(b'}');
-        out
+        (out, at)
     }
 
     /// The RFC 6962 leaf hash of [`Leaf::canonical_bytes`].
@@ -135,6 +164,27 @@ mod tests {
         empty.total = None;
         empty.note = Some("line\nbreak \u{1}".into());
         assert_eq!(empty.canonical_bytes(), jcs::canonical(&empty));
+    }
+
+    #[test]
+    fn the_bytes_around_the_index_make_the_record_at_every_index() {
+        let around = sample().canonical_around_index().unwrap();
+        let mut with_agent = sample();
+        with_agent.agent = Some("shopper".into());
+        let around_agent = with_agent.canonical_around_index().unwrap();
+        for index in [0, 1, 7, 10, 12_345, jcs_max()] {
+            for (leaf, (before, after)) in
+                [(sample(), &around), (with_agent.clone(), &around_agent)]
+            {
+                let leaf = Leaf { index, ..leaf };
+                let joined = [before.as_slice(), index.to_string().as_bytes(), after].concat();
+                assert_eq!(joined, leaf.canonical_bytes(), "index {index}");
+                assert_eq!(joined, jcs::canonical(&leaf), "index {index}");
+            }
+        }
+        let mut large = sample();
+        large.total = Some(i64::MAX);
+        assert_eq!(large.canonical_around_index(), None);
     }
 
     #[test]

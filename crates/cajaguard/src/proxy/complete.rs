@@ -323,24 +323,46 @@ impl Proxy {
         record.at = now;
         record.note = note;
         record.latency = started.elapsed();
-        if let Err(e) = self.store.settle_permit(permit, settlement, now, &record) {
-            // The reservation and the claim stay: the spend still counts (fail closed). The
-            // outcome still goes in the log, saying it was not applied.
-            tracing::error!("settlement not recorded, the reservation stays: {e}");
-            record.note = Some(not_applied(record.note.take()));
-            let event = AuditEvent::Settled(SettledAs::of(settlement, ReleasedBy::Shop));
-            if let Err(e) = self.store.audit(event, &record) {
-                tracing::error!("audit record not written: {e}");
+        let applied = match self.store.settle_permit(permit, settlement, now, &record) {
+            Ok(()) => true,
+            Err(e) => {
+                // The reservation and the claim stay: the spend still counts (fail closed). The
+                // outcome still goes in the log, saying the store failed on it.
+                tracing::error!("settlement not recorded, the reservation stays: {e}");
+                record.note = Some(not_applied(record.note.take()));
+                let event = AuditEvent::Settled(SettledAs::of(settlement, ReleasedBy::Shop));
+                if let Err(e) = self.store.audit(event, &record) {
+                    tracing::error!("audit record not written: {e}");
+                }
+                false
             }
-        }
+        };
         if let Settlement::Completed(charge) = settlement
             && charge.differs()
         {
-            self.audit_freeze(&format!(
+            let reason = format!(
                 "charged_differs on {}: {}",
                 cajaguard_core::display::audit(permit.checkout_id()),
                 charge.differs.join(", ")
-            ));
+            );
+            if applied {
+                self.audit_freeze(&reason);
+            } else {
+                // The settlement's freeze went with it: payments are frozen on their own.
+                self.freeze_charged_differs(&reason, now);
+            }
+        }
+    }
+
+    /// Freezes payments after a charge that differs whose settlement the store could not apply.
+    fn freeze_charged_differs(&self, reason: &str, now: time::OffsetDateTime) {
+        let mut record = self.audit_record("cajaguard_freeze");
+        record.note = Some(reason.to_owned());
+        if let Err(e) = self
+            .store
+            .freeze(reason, FrozenBy::ChargedDiffers, now, &record)
+        {
+            tracing::error!("payments could not be frozen after a charge that differs: {e}");
         }
     }
 
@@ -382,7 +404,9 @@ fn store_failed(e: &StoreError) -> Ruling {
 /// The note of a settlement's record when the store could not apply the settlement: the record
 /// still says what the shop answered.
 fn not_applied(note: Option<String>) -> String {
-    let what = "the store could not apply this settlement: the reservation and the claim stay";
+    // "may": a connection lost after COMMIT went out leaves the outcome unknown to this process.
+    let what = "the store failed on this settlement, which may not be applied: unless it was, the \
+                reservation and the claim stay";
     match note {
         Some(note) => format!("{note}; {what}"),
         None => what.to_owned(),

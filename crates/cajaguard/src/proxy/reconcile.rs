@@ -209,7 +209,8 @@ impl Proxy {
             now,
             &record,
         ) {
-            // Nothing changed, and the next pass asks the shop again.
+            // Nothing changed (or, if the connection was lost after COMMIT, it did, and the
+            // reservation is no longer in flight): the next pass asks the shop again if it is.
             tracing::error!("reconciliation not recorded, the reservation stays: {e}");
             return;
         }

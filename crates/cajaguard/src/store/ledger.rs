@@ -190,8 +190,7 @@ pub(super) fn check_retry(
 
 /// Ends the checkout's reservation as `settlement` says, and with it the checkout's claim
 /// (SPEC §4 step 3a: a claim lasts until the payment settles; an unknown outcome keeps both).
-/// The caller appends the settlement's audit record in the same transaction (on PostgreSQL the
-/// reads claimed its index: see [`Tx::settle_reads`]).
+/// The caller appends the settlement's audit record in the same transaction.
 ///
 /// `forwarded_at`: when the caller's own attempt was forwarded. A release applies only if the
 /// row was last forwarded then: a retry forwarded since (the same payment, still at the shop) makes
@@ -208,13 +207,9 @@ pub(super) fn settle(
     now: OffsetDateTime,
 ) -> Result<(), StoreError> {
     tx.lock_checkout(checkout_id)?;
-    // Everything read, and every lock taken, before any write, so the writes (and the audit
-    // record the caller appends) go out with COMMIT: one round trip after this one.
-    let charged_in = match settlement {
-        Settlement::Completed(charge) => charge.currency.as_deref(),
-        Settlement::Released | Settlement::Unknown => None,
-    };
-    let reads = tx.settle_reads(checkout_id, charged_in)?;
+    // Everything read before any write, so the writes (and the audit record the caller appends)
+    // go out with COMMIT, and the buckets they lock are held only while the server applies them.
+    let reads = tx.checkout_reads(checkout_id, None)?;
     let Some(row) = reads.row else {
         tracing::warn!(
             checkout_id,

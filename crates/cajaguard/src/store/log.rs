@@ -5,10 +5,10 @@
 //! **Dense by construction.** A record's index comes from `audit_log.size`, bumped by the same
 //! transaction that inserts it (`UPDATE … RETURNING`), so indexes are handed out in commit order
 //! without gaps: SQLite's write lock serializes the transactions, and on PostgreSQL the head row's
-//! lock does, held from the append to the commit. Every transaction takes that lock last: most
-//! append after their other writes; PostgreSQL's gate claims its index with its reads, after
-//! locking every row it may write (docs/ARCHITECTURE.md, "Lock order"), and a transaction that
-//! claimed an index and wrote no record there is never committed.
+//! lock does, held from the append to the commit. Every transaction takes that lock last, after
+//! its other writes (docs/ARCHITECTURE.md, "Lock order"); on PostgreSQL the append is one
+//! statement that computes the stored hashes in the database (migration 0007), queued just
+//! before `COMMIT`, so the lock is never held across a round trip.
 //!
 //! **Stored hashes** (`audit_log` module of the core) live beside each record in
 //! `audit.log_hashes`: record `n` keeps the `1 + trailing_ones(n)` hashes its append wrote. An
@@ -26,6 +26,14 @@ use super::tx::Tx;
 
 /// The statements of the log, as [`Tx`] has the rest (`sqlite/log.rs`, `postgres/log.rs`).
 pub(super) trait LogTx {
+    /// Appends `leaf` at the log's next index (its own `index` is not read), its stored hashes
+    /// computed by the database, if this store does that: `Ok(false)` when the caller must
+    /// (SQLite, where a transaction holds the whole database anyway; a leaf whose integers the
+    /// database could not write as RFC 8785 does). PostgreSQL queues one statement that takes the
+    /// head, hashes and inserts (migration 0007), sent with whatever the transaction sends next.
+    fn append_in_store(&mut self, _leaf: &Leaf) -> Result<bool, StoreError> {
+        Ok(false)
+    }
     /// Inserts the audit record `leaf` with the stored hashes of its append (`log.rs`).
     fn insert_audit(&mut self, leaf: &Leaf, log_hashes: &[u8]) -> Result<(), StoreError>;
     /// The log's next index, claimed: `audit_log.size` moves on by one in this transaction (and
@@ -82,8 +90,14 @@ pub(super) fn append(
     event: AuditEvent,
     record: &AuditRecord,
 ) -> Result<(), StoreError> {
-    let index = tx.log_next_index()?;
-    let leaf = audit::leaf(event, record, index)?;
+    let leaf = audit::leaf(event, record, 0)?;
+    if tx.append_in_store(&leaf)? {
+        return Ok(());
+    }
+    let leaf = Leaf {
+        index: tx.log_next_index()?,
+        ..leaf
+    };
     let blob = stored_hashes(tx, &leaf)?;
     tx.insert_audit(&leaf, &blob)
 }

@@ -347,9 +347,10 @@ impl Store {
 
     /// Ends the reservation of `checkout_id`/`idempotency_key` as `settlement` says (Unknown: no change),
     /// and appends `record` to the audit log in the same transaction, as what `settlement` says
-    /// ([`SettledAs::of`]): a settlement is never applied without its record, nor recorded
-    /// without being applied. Idempotent: settling the same outcome twice changes nothing in the
-    /// ledger the second time (each is recorded). Settled spend is never released.
+    /// ([`SettledAs::of`]): a settlement is never applied without its record. (It is recorded
+    /// also when the ledger ignores it: no reservation, another attempt's, a retry forwarded
+    /// since; the logs say which.) Idempotent: settling the same outcome twice changes nothing in
+    /// the ledger the second time (each is recorded). Settled spend is never released.
     ///
     /// A completion or release ends the checkout's claim with it; `released_by` says who released.
     /// A completion that differs from its quote freezes payments in the same transaction.

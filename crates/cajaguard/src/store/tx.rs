@@ -259,19 +259,6 @@ pub(super) trait Tx:
         })
     }
 
-    /// What a settlement reads (as [`Tx::checkout_reads`]), its audit record following in the
-    /// same transaction. PostgreSQL, in the same round trip and in lock order, also locks the
-    /// buckets the settlement may change (the row's currency's and its agent's, at the row's hour,
-    /// and `charged_in`'s when the shop charged in another currency) and then claims the log's
-    /// next index, so everything after goes out with `COMMIT`. The caller must append.
-    fn settle_reads(
-        &mut self,
-        checkout_id: &str,
-        _charged_in: Option<&str>,
-    ) -> Result<CheckoutReads, StoreError> {
-        self.checkout_reads(checkout_id, None)
-    }
-
     /// Everything the gate reads after its locks, as the statements above would read it one by
     /// one (which is what this does). PostgreSQL sends them all in one round trip instead.
     fn gate_reads(&mut self, keys: &GateKeys<'_>) -> Result<GateReads, StoreError> {

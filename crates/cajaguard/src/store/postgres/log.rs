@@ -65,7 +65,8 @@ impl PgTx<'_> {
     }
 }
 
-/// The log's next index, claimed: the head row's lock is held from here to the commit, and every
+/// The log's next index, claimed, for an append whose hashes are computed here (see
+/// [`LOG_APPEND`] for the rest): the head row's lock is held from here to the commit, and every
 /// append waits for it, so each round trip spent under it is spent by all of them in turn. Hence
 /// `LOG_PREFETCH`, sent with it.
 pub(super) const LOG_CLAIM: &str =
@@ -110,7 +111,41 @@ impl PgTx<'_> {
     }
 }
 
+/// The record's append in one statement: the head taken, the stored hashes computed and the row
+/// inserted by the database (migration 0007). Its parameters: the record's RFC 8785 bytes before
+/// and after the index's digits, then its columns in `leaf_columns!()` order without `log_index`
+/// and `log_hashes`.
+const LOG_APPEND: &str = "SELECT cajaguard_log_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)";
+
 impl LogTx for PgTx<'_> {
+    fn append_in_store(&mut self, l: &Leaf) -> Result<bool, StoreError> {
+        let Some((before, after)) = l.canonical_around_index() else {
+            return Ok(false);
+        };
+        self.defer(
+            LOG_APPEND,
+            &[
+                &before,
+                &after,
+                &l.at,
+                &l.at_us,
+                &l.tool,
+                &l.verdict,
+                &l.reason,
+                &l.merchant,
+                &l.currency,
+                &l.total,
+                &l.request_id,
+                &l.idempotency_key,
+                &l.checkout_id,
+                &l.latency_us,
+                &l.note,
+                &l.agent,
+            ],
+        )?;
+        Ok(true)
+    }
+
     fn insert_audit(&mut self, l: &Leaf, log_hashes: &[u8]) -> Result<(), StoreError> {
         self.defer(
             "INSERT INTO audit (log_index, at, at_us, tool, verdict, reason, merchant, currency,
@@ -139,10 +174,6 @@ impl LogTx for PgTx<'_> {
     }
 
     fn log_next_index(&mut self) -> Result<u64, StoreError> {
-        if let Some(index) = self.claimed_log_index.take() {
-            // The gate claimed it with its reads (`Tx::gate_reads`).
-            return Ok(index);
-        }
         let mut answers = self.query_all(&[(LOG_CLAIM, &[]), (LOG_PREFETCH, &[])])?;
         let earlier = answers.pop().unwrap_or_default();
         let claimed = answers.pop().unwrap_or_default();

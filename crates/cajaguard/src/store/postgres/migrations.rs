@@ -26,6 +26,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "currency_advisory_lock",
         include_str!("migrations/0006_currency_advisory_lock.sql"),
     ),
+    (
+        7,
+        "log_append_in_database",
+        include_str!("migrations/0007_log_append_in_database.sql"),
+    ),
 ];
 
 /// The latest version this build knows.

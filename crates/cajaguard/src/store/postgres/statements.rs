@@ -7,7 +7,6 @@ use cajaguard_core::effect::PendingRequest;
 
 use tokio_postgres::Row;
 
-use super::log::{LOG_CLAIM, LOG_PREFETCH};
 use super::transaction::{PgTx, one_row};
 use crate::store::tx::{
     CheckoutReads, ClaimRow, GateKeys, GateReads, LedgerRow, ReleasedBy, Reservation, State, Tx,
@@ -330,34 +329,6 @@ impl Tx for PgTx<'_> {
         )
     }
 
-    fn settle_reads(
-        &mut self,
-        checkout_id: &str,
-        charged_in: Option<&str>,
-    ) -> Result<CheckoutReads, StoreError> {
-        let charged_in = charged_in.unwrap_or("");
-        let mut answers = self.query_all(&[
-            (LEDGER_ROW, &[&checkout_id]),
-            (CLAIM, &[&checkout_id]),
-            (SETTLE_LOCKS, &[&checkout_id, &charged_in]),
-            (LOG_CLAIM, &[]),
-            (LOG_PREFETCH, &[]),
-        ])?;
-        let earlier = answers.pop().unwrap_or_default();
-        let claimed = answers.pop().unwrap_or_default();
-        self.claimed_log_index = Some(self.log_claimed(claimed, &earlier)?);
-        answers.truncate(2);
-        let claim = answers.pop().unwrap_or_default();
-        let row = answers.pop().unwrap_or_default();
-        Ok(CheckoutReads {
-            lease_live: false,
-            row: one_row(row)?
-                .map(|row| self.ledger_row_at(&row, 0))
-                .transpose()?,
-            claim: one_row(claim)?.map(|row| self.claim_of(&row)).transpose()?,
-        })
-    }
-
     fn mark_pending_used(&mut self, id: &RequestId) -> Result<(), StoreError> {
         self.defer(
             "UPDATE pending SET state = 'used' WHERE request_id = $1",
@@ -411,9 +382,8 @@ impl Tx for PgTx<'_> {
         // Sent in the same round trip as the locks queued before it (see transaction.rs): the
         // reads start, and take their snapshot, once those are held. Then, still in that round
         // trip, the rows the gate may write are locked in the order every other transaction
-        // takes them (docs/ARCHITECTURE.md, "Lock order"), the audit log's head last, and the
-        // log's next index is claimed with the hashes its append reads: what is left after the
-        // decision is one round trip of writes ending in COMMIT.
+        // takes them (docs/ARCHITECTURE.md, "Lock order"); the log's head comes last, with the
+        // append queued before COMMIT. What is left after the decision is one round trip.
         let agent_account = keys.agent_account.unwrap_or("");
         let request_id = keys.request_id.as_str();
         let mut answers = self.query_all(&[
@@ -438,12 +408,7 @@ impl Tx for PgTx<'_> {
                 ],
             ),
             (PENDING_LOCK, &[&request_id]),
-            (LOG_CLAIM, &[]),
-            (LOG_PREFETCH, &[]),
         ])?;
-        let earlier = answers.pop().unwrap_or_default();
-        let claimed = answers.pop().unwrap_or_default();
-        self.claimed_log_index = Some(self.log_claimed(claimed, &earlier)?);
         answers.truncate(1);
         let row = answers
             .pop()
@@ -515,22 +480,6 @@ pub(super) const GATE_LOCKS: &str = "WITH l AS MATERIALIZED (SELECT currency, ho
        UNION ALL SELECT $2, $3
        UNION ALL SELECT currency, hour FROM l WHERE state = 'in_flight'
        UNION ALL SELECT currency || '/' || agent, hour FROM l WHERE state = 'in_flight' AND agent IS NOT NULL) AS k
-   ON b.currency = k.account AND b.hour = k.hour
- ORDER BY b.currency, b.hour
- FOR UPDATE OF b";
-
-/// The buckets a settlement of checkout `$1` may change, locked in (account, hour) order as
-/// [`GATE_LOCKS`] locks them: its row's currency's and agent's at the row's hour, and those of
-/// `$2`, the currency the shop charged in when it is another (`''` otherwise, which names none).
-/// A bucket not there yet is made by the settlement's update (only a charge in another currency
-/// can need one).
-const SETTLE_LOCKS: &str =
-    "WITH l AS MATERIALIZED (SELECT currency, hour, agent FROM ledger WHERE checkout_id = $1)
- SELECT 1 FROM spend_buckets b
- JOIN (SELECT currency AS account, hour FROM l
-       UNION ALL SELECT currency || '/' || agent, hour FROM l WHERE agent IS NOT NULL
-       UNION ALL SELECT $2::TEXT, hour FROM l
-       UNION ALL SELECT $2 || '/' || agent, hour FROM l WHERE agent IS NOT NULL) AS k
    ON b.currency = k.account AND b.hour = k.hour
  ORDER BY b.currency, b.hour
  FOR UPDATE OF b";

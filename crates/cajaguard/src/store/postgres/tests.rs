@@ -249,26 +249,6 @@ fn a_commit_returns_only_once_its_wal_is_flushed_but_releases_its_locks_before()
 }
 
 #[test]
-fn a_transaction_that_claimed_a_log_index_and_wrote_no_record_is_never_committed() {
-    let Some((_schema, store)) =
-        open("a_transaction_that_claimed_a_log_index_and_wrote_no_record_is_never_committed")
-    else {
-        return;
-    };
-    let result: Result<(), StoreError> = store.run_pg(&mut |tx| {
-        tx.execute("INSERT INTO probe (id) VALUES (1)", &[])?;
-        // As the gate's reads claim one, and then no record is appended.
-        tx.claimed_log_index = Some(41);
-        Ok(())
-    });
-    assert!(
-        matches!(&result, Err(StoreError::Inconsistent(m)) if m.contains("41")),
-        "{result:?}"
-    );
-    assert_eq!(probe_count(&store), 0, "nothing was applied");
-}
-
-#[test]
 fn a_read_cannot_write() {
     // It commits without waiting for a flush, so a write in it would not be durable.
     let Some((_schema, store)) = open("a_read_cannot_write") else {

@@ -79,9 +79,6 @@ pub(super) struct PgTx<'c> {
     failed: bool,
     /// The stored hashes the next append reads, fetched with its index (`log.rs`).
     pub(super) log_prefetch: Vec<(u64, Vec<u8>)>,
-    /// A log index claimed ahead of its append (by the gate's reads); a transaction that ends
-    /// without using it would leave a gap in the log, so it is never committed.
-    pub(super) claimed_log_index: Option<u64>,
     /// Round trips so far: what a lock taken in one is held across (tests count them).
     round_trips: u32,
 }
@@ -115,7 +112,6 @@ impl<'c> PgTx<'c> {
             commit_sent: false,
             failed: false,
             log_prefetch: Vec::new(),
-            claimed_log_index: None,
             round_trips: 0,
         }
     }
@@ -133,12 +129,6 @@ impl<'c> PgTx<'c> {
 
     /// Sends what is queued with `COMMIT`, and checks every answer.
     pub(super) fn commit(mut self) -> Result<(), StoreError> {
-        if let Some(index) = self.claimed_log_index {
-            self.rollback()?;
-            return Err(StoreError::Inconsistent(format!(
-                "a transaction claimed the audit log's index {index} and wrote no record there; nothing was applied"
-            )));
-        }
         if self.failed {
             // Rolled back here, so the connection goes back to the pool outside a transaction.
             self.rollback()?;
