@@ -2,6 +2,7 @@
 
 use cajaguard_core::approval::ApprovalDocument;
 use cajaguard_core::audit_log::Leaf;
+use tokio_postgres::types::ToSql;
 
 use super::transaction::PgTx;
 use crate::store::StoreError;
@@ -117,59 +118,49 @@ impl PgTx<'_> {
 /// and `log_hashes`.
 const LOG_APPEND: &str = "SELECT cajaguard_log_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)";
 
+/// A record's columns from `at` to `note`, in `leaf_columns!()` order: what both inserts write
+/// between the index (or the bytes around it) and the stored hashes.
+fn record_columns(l: &Leaf) -> [&(dyn ToSql + Sync); 13] {
+    [
+        &l.at,
+        &l.at_us,
+        &l.tool,
+        &l.verdict,
+        &l.reason,
+        &l.merchant,
+        &l.currency,
+        &l.total,
+        &l.request_id,
+        &l.idempotency_key,
+        &l.checkout_id,
+        &l.latency_us,
+        &l.note,
+    ]
+}
+
 impl LogTx for PgTx<'_> {
     fn append_in_store(&mut self, l: &Leaf) -> Result<bool, StoreError> {
         let Some((before, after)) = l.canonical_around_index() else {
             return Ok(false);
         };
-        self.defer(
-            LOG_APPEND,
-            &[
-                &before,
-                &after,
-                &l.at,
-                &l.at_us,
-                &l.tool,
-                &l.verdict,
-                &l.reason,
-                &l.merchant,
-                &l.currency,
-                &l.total,
-                &l.request_id,
-                &l.idempotency_key,
-                &l.checkout_id,
-                &l.latency_us,
-                &l.note,
-                &l.agent,
-            ],
-        )?;
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&before, &after];
+        params.extend(record_columns(l));
+        params.push(&l.agent);
+        self.defer(LOG_APPEND, &params)?;
         Ok(true)
     }
 
     fn insert_audit(&mut self, l: &Leaf, log_hashes: &[u8]) -> Result<(), StoreError> {
+        let index = to_i64(l.index, "the log index")?;
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&index];
+        params.extend(record_columns(l));
+        params.extend([&log_hashes as &(dyn ToSql + Sync), &l.agent]);
         self.defer(
             "INSERT INTO audit (log_index, at, at_us, tool, verdict, reason, merchant, currency,
                                 total, request_id, idempotency_key, checkout_id, latency_us, note,
                                 log_hashes, agent)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
-            &[
-                &to_i64(l.index, "the log index")?,
-                &l.at,
-                &l.at_us,
-                &l.tool,
-                &l.verdict,
-                &l.reason,
-                &l.merchant,
-                &l.currency,
-                &l.total,
-                &l.request_id,
-                &l.idempotency_key,
-                &l.checkout_id,
-                &l.latency_us,
-                &l.note,
-                &log_hashes,
-                &l.agent,
-            ],
+            &params,
         )
     }
 
