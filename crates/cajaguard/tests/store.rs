@@ -18,11 +18,12 @@ use cajaguard_harness::pg as pg_support;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cajaguard::store::{
-    ApprovalStatus, AuditEvent, AuditRecord, Conflict, DB_FILE, FiledApproval, FrozenBy,
-    ReleasedBy, Store, StoreError, WindowSpend,
+    ApprovalStatus, AuditEvent, AuditRecord, Claim, Conflict, DB_FILE, FiledApproval, FrozenBy,
+    GateCall, ReleasedBy, Store, StoreError, WindowSpend,
 };
 use cajaguard_core::agent::AgentId;
 use cajaguard_core::approval::{
@@ -1864,6 +1865,168 @@ fn the_audit_log_keeps_the_agent_and_verifies(fx: &Fixture) {
     assert!(summary.is_ok(), "{summary:?}");
 }
 
+/// A gate call queued while another decides: what its `decide` saw, and on which thread it ran.
+struct Seen {
+    window_spent: i64,
+    agent_window_spent: i64,
+    thread: std::thread::ThreadId,
+}
+
+/// One queued gate of USD `total` on `checkout` by `agent`, through [`Store::gate_queued`];
+/// `decide` forwards it if it fits `cap` (globally and, per agent, `agent_cap`).
+fn gate_queued(
+    store: &Store,
+    claim: Claim,
+    checkout: &str,
+    agent: &AgentId,
+    total: i64,
+    (cap, agent_cap): (i64, i64),
+    wait_for: Option<(std::sync::Arc<Store>, usize, std::sync::Arc<AtomicBool>)>,
+) -> (Seen, bool) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let seen_by_decide = std::sync::Arc::clone(&seen);
+    let decide = move |view: &LedgerView, _: &[ApprovalCandidate], _: &[_]| {
+        if let Some((store, followers, deciding)) = &wait_for {
+            // The leader's turn holds until every follower waits behind it.
+            deciding.store(true, Ordering::SeqCst);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while store.gates_waiting() < *followers {
+                assert!(Instant::now() < deadline, "the followers never queued");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        *seen_by_decide.lock().unwrap() = Some(Seen {
+            window_spent: view.window_spent,
+            agent_window_spent: view.agent_window_spent,
+            thread: std::thread::current().id(),
+        });
+        if view.window_spent + total <= cap && view.agent_window_spent + total <= agent_cap {
+            forward("USD", total, None)
+        } else {
+            Outcome {
+                ruling: ruling(Reason::OverWindowCap),
+                effect: Effect::Refuse { pending: None },
+            }
+        }
+    };
+    let gated = store
+        .gate_queued(
+            &claim,
+            GateCall {
+                request: request(checkout, "k1"),
+                quote: quote(checkout, "USD", total),
+                digest: d(1),
+                agent: Some(agent.clone()),
+                window: DAY,
+                now: NOW,
+                read_passkeys: true,
+                decide: Box::new(decide),
+                audit: record(NOW),
+            },
+        )
+        .unwrap();
+    let seen = seen.lock().unwrap().take().expect("decide ran");
+    (seen, gated.permit.is_some())
+}
+
+/// Calls queued behind a deciding gate are decided in one turn, by one thread, in one
+/// transaction; each sees the window sums with the reservations of those before it, globally and
+/// for its own agent, exactly as one transaction each would have. Without the batch's own
+/// counting every follower would see only the leader's spend, and all would pass the caps.
+fn gates_queued_behind_a_turn_are_decided_together_each_seeing_those_before(fx: &Fixture) {
+    const FOLLOWERS: usize = 8;
+    let store = std::sync::Arc::new(fx.reopen());
+    let (a, b) = (agent("agent-a"), agent("agent-b"));
+    // The leader's 10.00 (agent-a's), then 24.00 each, half of them agent-a's: the window fits
+    // three followers, and the agents' own caps one of agent-a's and two of agent-b's.
+    let caps = (1000 + 3 * 2400, 2 * 2400);
+    // Claimed first: a claim is a write, and SQLite's would wait for the leader's turn.
+    let claim = |checkout: &str| store.claim(checkout, "k1", NOW, DAY).unwrap().unwrap();
+    let lead_claim = claim("co_lead");
+    let mut claims: Vec<_> = (0..FOLLOWERS).map(|n| claim(&format!("co_f{n}"))).collect();
+    let deciding = std::sync::Arc::new(AtomicBool::new(false));
+    let leader = {
+        let store = std::sync::Arc::clone(&store);
+        let (a, deciding) = (a.clone(), std::sync::Arc::clone(&deciding));
+        std::thread::spawn(move || {
+            let wait = (std::sync::Arc::clone(&store), FOLLOWERS, deciding);
+            gate_queued(
+                &store,
+                lead_claim,
+                "co_lead",
+                &a,
+                1000,
+                (i64::MAX, i64::MAX),
+                Some(wait),
+            )
+        })
+    };
+    // Followers start once the leader decides (it holds the lead until they all queue).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !deciding.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the leader never decided");
+        assert!(!leader.is_finished(), "the leader ended before deciding");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let followers: Vec<_> = (0..FOLLOWERS)
+        .map(|n| {
+            let store = std::sync::Arc::clone(&store);
+            let payer = if n % 2 == 0 { a.clone() } else { b.clone() };
+            let claim = claims.remove(0);
+            std::thread::spawn(move || {
+                let checkout = format!("co_f{n}");
+                let seen = gate_queued(&store, claim, &checkout, &payer, 2400, caps, None);
+                (payer, seen)
+            })
+        })
+        .collect();
+    let (_, leader_allowed) = leader.join().unwrap();
+    assert!(leader_allowed);
+    let followers: Vec<_> = followers.into_iter().map(|f| f.join().unwrap()).collect();
+
+    let threads: std::collections::HashSet<_> =
+        followers.iter().map(|(_, (seen, _))| seen.thread).collect();
+    assert_eq!(threads.len(), 1, "the followers were decided in one turn");
+    // In the turn's order, each saw the spend of the leader and of the followers allowed before it.
+    let mut by_spend: Vec<_> = followers
+        .iter()
+        .map(|(payer, (seen, allowed))| {
+            (
+                seen.window_spent,
+                payer.clone(),
+                seen.agent_window_spent,
+                *allowed,
+            )
+        })
+        .collect();
+    // Those refused at a spend came before the one allowed at it (after which it grew).
+    by_spend.sort_by_key(|(spent, _, _, allowed)| (*spent, *allowed));
+    let mut window = 1000;
+    let mut per_agent = std::collections::HashMap::from([(a.clone(), 1000), (b.clone(), 0)]);
+    for (spent, payer, agent_spent, allowed) in &by_spend {
+        assert_eq!(*spent, window, "{by_spend:?}");
+        assert_eq!(*agent_spent, per_agent[payer], "{payer:?}: {by_spend:?}");
+        let fits = window + 2400 <= caps.0 && per_agent[payer] + 2400 <= caps.1;
+        assert_eq!(*allowed, fits, "{by_spend:?}");
+        if fits {
+            window += 2400;
+            *per_agent.get_mut(payer).unwrap() += 2400;
+        }
+    }
+    assert_eq!(window, caps.0, "three followers were let through");
+    let spend = store.window_spend(DAY, NOW).unwrap();
+    assert_eq!(spend["USD"].in_flight, window);
+    for payer in [&a, &b] {
+        let own = store.agent_window_spend(payer, DAY, NOW).unwrap();
+        assert_eq!(own["USD"].in_flight, per_agent[payer], "{payer:?}");
+    }
+    // Every decision was audited, and the log the turn appended to verifies.
+    let summary = store
+        .verify_log(&TrustedKeys(Vec::new()), None, Vec::new())
+        .unwrap();
+    assert!(summary.is_ok(), "{summary:?}");
+}
+
 fn agent_tokens_are_added_listed_resolved_and_removed(fx: &Fixture) {
     let store = &fx.store;
     let (a, b) = (agent("ci-bot"), agent("shopper"));
@@ -2023,6 +2186,7 @@ both!(
     a_pending_request_keeps_its_agent,
     the_audit_log_keeps_the_agent_and_verifies,
     agent_tokens_are_added_listed_resolved_and_removed,
+    gates_queued_behind_a_turn_are_decided_together_each_seeing_those_before,
     #[ignore = "slow (seeds a million rows); run with --ignored"]
     the_window_reads_only_buckets_at_1m_rows,
 );

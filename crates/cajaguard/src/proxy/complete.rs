@@ -10,6 +10,7 @@
 //! 6. settle: release only on the shop's explicit word and a fresh read; compare a completion with
 //!    the quote, count what differs as charged, and freeze.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use cajaguard_core::approval::BasketDigest;
@@ -24,7 +25,8 @@ use serde_json::value::RawValue;
 use super::checkout;
 use super::{Answer, Proxy, Reply, ShopError, refusal, shop_failure};
 use crate::store::{
-    AuditEvent, AuditRecord, Claim, Conflict, FrozenBy, Permit, ReleasedBy, SettledAs, StoreError,
+    AuditEvent, AuditRecord, Claim, Conflict, FrozenBy, GateCall, Permit, ReleasedBy, SettledAs,
+    StoreError,
 };
 use cajaguard_wire::rawjson::RawObject;
 
@@ -188,37 +190,46 @@ impl Proxy {
         let mut audit = audit.clone();
         audit.at = now;
         audit.latency = started.elapsed();
-        let mut decide =
-            |ledger: &cajaguard_core::effect::LedgerView,
-             approvals: &[cajaguard_core::effect::ApprovalCandidate],
-             passkey_approvals: &[cajaguard_core::effect::PasskeyCandidate]| {
+        // Owned, so that whichever thread's turn decides this process's queued gates can run it.
+        let (policy, trusted, agent) = (
+            Arc::clone(&self.policy),
+            Arc::clone(&self.trusted),
+            self.agent.clone(),
+        );
+        let (for_request, for_quote, for_digest) = (request.clone(), quote.clone(), *digest);
+        let decide =
+            move |ledger: &cajaguard_core::effect::LedgerView,
+                  approvals: &[cajaguard_core::effect::ApprovalCandidate],
+                  passkey_approvals: &[cajaguard_core::effect::PasskeyCandidate]| {
                 gate::decide(
-                    &self.policy,
+                    &policy,
                     &Facts {
-                        request,
-                        quote,
-                        digest,
+                        request: &for_request,
+                        quote: &for_quote,
+                        digest: &for_digest,
                         ledger,
                         approvals,
                         passkey_approvals,
-                        trusted_keys: &self.trusted,
-                        agent: self.agent.as_ref(),
+                        trusted_keys: &trusted,
+                        agent: agent.as_ref(),
                         now,
                     },
                 )
             };
         let in_store = Instant::now();
-        let gated = self.store.gate(
+        let gated = self.store.gate_queued(
             claim,
-            request,
-            quote,
-            digest,
-            self.agent.as_ref(),
-            self.policy.window,
-            now,
-            self.policy.approvals.reads_passkey_approvals(),
-            &mut decide,
-            &audit,
+            GateCall {
+                request: request.clone(),
+                quote: quote.clone(),
+                digest: *digest,
+                agent: self.agent.clone(),
+                window: self.policy.window,
+                now,
+                read_passkeys: self.policy.approvals.reads_passkey_approvals(),
+                decide: Box::new(decide),
+                audit,
+            },
         );
         self.metrics.store_took(in_store.elapsed());
         match gated {

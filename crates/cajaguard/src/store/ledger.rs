@@ -16,7 +16,7 @@ use cajaguard_core::effect::{CheckoutLedger, LedgerView};
 use cajaguard_core::settle::Settlement;
 use time::OffsetDateTime;
 
-use super::tx::{GateReads, LedgerRow, ReleasedBy, Reservation, State, Tx};
+use super::tx::{GateKeys, GateReads, LedgerRow, ReleasedBy, Reservation, State, Tx};
 use super::{StoreError, micros};
 
 const SECONDS_PER_HOUR: i64 = 3600;
@@ -45,7 +45,31 @@ pub(super) fn account_agent(account: &str) -> Option<(&str, &str)> {
     account.split_once('/')
 }
 
-/// Adds the deltas to the currency's bucket and, for an agent's row, to the agent's as well.
+/// What one write did to the window sums: `delta` added to `settled + in_flight` of `account`'s
+/// bucket of `hour`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Bump {
+    pub account: String,
+    pub hour: i64,
+    pub delta: i64,
+}
+
+/// `reads` as the gate would read them after `bumps`, which this transaction made and its reads
+/// did not see: the window sums (over `keys`' accounts and window) with the bumps counted. A
+/// batch's gates are read together, before the first is decided (`gate::batch`).
+pub(super) fn count_bumps(reads: &mut GateReads, keys: &GateKeys<'_>, bumps: &[Bump]) {
+    for bump in bumps.iter().filter(|b| b.hour >= keys.from_hour) {
+        if bump.account == keys.currency {
+            reads.window_sum = reads.window_sum.saturating_add(bump.delta);
+        }
+        if keys.agent_account == Some(bump.account.as_str()) {
+            reads.agent_window_sum = reads.agent_window_sum.saturating_add(bump.delta);
+        }
+    }
+}
+
+/// Adds the deltas to the currency's bucket and, for an agent's row, to the agent's as well;
+/// returns what it added to the window sums.
 fn bump_accounts(
     tx: &mut dyn Tx,
     currency: &str,
@@ -53,7 +77,7 @@ fn bump_accounts(
     hour: i64,
     settled: i64,
     in_flight: i64,
-) -> Result<(), StoreError> {
+) -> Result<Vec<Bump>, StoreError> {
     // A shop's charged currency reaches here too: one holding `/` would write into an agent's
     // account. Refused: the settlement fails and the reservation stays counted (fail closed).
     if currency.contains('/') {
@@ -62,11 +86,23 @@ fn bump_accounts(
             cajaguard_core::display::name(currency)
         )));
     }
+    let delta = settled.saturating_add(in_flight);
     tx.bump(currency, hour, settled, in_flight)?;
+    let mut bumps = vec![Bump {
+        account: currency.to_owned(),
+        hour,
+        delta,
+    }];
     if let Some(agent) = agent {
-        tx.bump(&agent_account(currency, agent), hour, settled, in_flight)?;
+        let account = agent_account(currency, agent);
+        tx.bump(&account, hour, settled, in_flight)?;
+        bumps.push(Bump {
+            account,
+            hour,
+            delta,
+        });
     }
-    Ok(())
+    Ok(bumps)
 }
 
 pub(super) fn hour_of(at: OffsetDateTime) -> i64 {
@@ -130,13 +166,14 @@ pub(super) fn view(
 
 /// Reserves `r.total` for the checkout, replacing an earlier attempt's reservation (so the checkout
 /// still counts once). A settled checkout is never replaced: its spend happened. `old` is the
-/// checkout's row as this transaction read it, under the checkout's lock.
+/// checkout's row as this transaction read it, under the checkout's lock. Returns what it did to
+/// the window sums.
 pub(super) fn reserve(
     tx: &mut dyn Tx,
     old: Option<&LedgerRow>,
     r: &Reservation<'_>,
     now: OffsetDateTime,
-) -> Result<(), StoreError> {
+) -> Result<Vec<Bump>, StoreError> {
     if r.total < 0 {
         return Err(StoreError::Inconsistent(format!(
             "the gate asked to reserve a negative total ({}) for checkout {}",
@@ -144,6 +181,7 @@ pub(super) fn reserve(
         )));
     }
     let mut r = *r;
+    let mut bumps = Vec::new();
     if let Some(old) = old {
         r.revisit = old.revisit;
         match old.state {
@@ -153,20 +191,23 @@ pub(super) fn reserve(
                     r.checkout_id
                 )));
             }
-            State::InFlight => bump_accounts(
-                tx,
-                &old.currency,
-                old.agent.as_deref(),
-                old.hour,
-                0,
-                -old.reserved,
-            )?,
+            State::InFlight => {
+                bumps = bump_accounts(
+                    tx,
+                    &old.currency,
+                    old.agent.as_deref(),
+                    old.hour,
+                    0,
+                    -old.reserved,
+                )?
+            }
             State::Released => {}
         }
     }
     let hour = hour_of(now);
     tx.put_reservation(&r, hour, micros(now))?;
-    bump_accounts(tx, r.currency, r.agent, hour, 0, r.total)
+    bumps.extend(bump_accounts(tx, r.currency, r.agent, hour, 0, r.total)?);
+    Ok(bumps)
 }
 
 /// A retry is forwarded without a new reservation, so the one it rides on must be there. Its

@@ -54,6 +54,7 @@ pub use self::audit::{
 };
 pub use self::claims::Conflict;
 pub use self::error::StoreError;
+pub use self::gate::{GateCall, OwnedDecide};
 pub use self::log::{Anchor, LOG_KEY_FILE, LogHead};
 pub use self::passkeys::{LINK_TTL, LinkState, PasskeyRow, token_hash};
 pub use self::postgres::CONNECT_TIMEOUT;
@@ -125,6 +126,8 @@ pub struct Store {
     backend: Backend,
     /// The home's log key as a signer for this log, read once (`log.rs`).
     log_signer: std::sync::OnceLock<cajaguard_core::audit_log::LogSigner>,
+    /// The gates waiting for their turn in this process ([`Store::gate_queued`]).
+    gates: gate::GateQueue,
 }
 
 enum Backend {
@@ -140,6 +143,7 @@ impl Store {
             home: home.to_path_buf(),
             backend: Backend::Sqlite(sqlite::Sqlite::open(home)?),
             log_signer: std::sync::OnceLock::new(),
+            gates: gate::GateQueue::default(),
         }
         .with_log()
     }
@@ -177,6 +181,7 @@ impl Store {
             home: home.to_path_buf(),
             backend: Backend::Postgres(self::postgres::Postgres::open(&url)?),
             log_signer: std::sync::OnceLock::new(),
+            gates: gate::GateQueue::default(),
         }
         .with_log()
     }

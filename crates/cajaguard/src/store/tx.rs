@@ -140,6 +140,14 @@ pub(super) trait Tx:
     /// SQLite: nothing to do, `BEGIN IMMEDIATE` already holds the database's write lock.
     /// PostgreSQL: the currency's advisory lock, then the checkout's, in one statement.
     fn lock_gate(&mut self, currency: &str, checkout_id: &str) -> Result<(), StoreError>;
+    /// [`Tx::lock_gate`] for several gates of one currency decided in one transaction
+    /// (`gate::batch`): the currency's lock once, then each checkout's. `checkout_ids` holds no
+    /// id twice.
+    fn lock_gates(&mut self, currency: &str, checkout_ids: &[&str]) -> Result<(), StoreError> {
+        checkout_ids
+            .iter()
+            .try_for_each(|checkout_id| self.lock_gate(currency, checkout_id))
+    }
     /// `settled + in_flight` over the buckets of `currency` (an account: see
     /// `ledger::account`) from `from_hour` on.
     fn bucket_sum(&mut self, currency: &str, from_hour: i64) -> Result<i64, StoreError>;
@@ -257,6 +265,12 @@ pub(super) trait Tx:
             row: self.ledger_row(checkout_id)?,
             claim: self.claim_get(checkout_id)?,
         })
+    }
+
+    /// [`Tx::gate_reads`] for each of several gates holding [`Tx::lock_gates`], in order.
+    /// PostgreSQL sends them all in one round trip.
+    fn gate_reads_batch(&mut self, keys: &[GateKeys<'_>]) -> Result<Vec<GateReads>, StoreError> {
+        keys.iter().map(|keys| self.gate_reads(keys)).collect()
     }
 
     /// Everything the gate reads after its locks, as the statements above would read it one by

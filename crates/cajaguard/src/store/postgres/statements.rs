@@ -6,8 +6,9 @@ use cajaguard_core::approval::{ApprovalDocument, RequestId};
 use cajaguard_core::effect::PendingRequest;
 
 use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
-use super::transaction::{PgTx, one_row};
+use super::transaction::{Params, PgTx, one_row};
 use crate::store::tx::{
     CheckoutReads, ClaimRow, GateKeys, GateReads, LedgerRow, ReleasedBy, Reservation, State, Tx,
 };
@@ -35,6 +36,21 @@ impl Tx for PgTx<'_> {
             "SELECT pg_advisory_xact_lock(1667720039, hashtext($2))
              FROM (SELECT pg_advisory_xact_lock(1667720040, hashtext(current_schema() || ':' || $1)) OFFSET 0) AS currency",
             &[&currency, &checkout_id],
+        )
+    }
+
+    fn lock_gates(&mut self, currency: &str, checkout_ids: &[&str]) -> Result<(), StoreError> {
+        // As `lock_gate`, in two statements of the same round trip: the currency's lock, then
+        // the checkouts' in the order of their keys (the subquery's order is the one the locks
+        // are taken in), so two batches never wait on each other's checkouts.
+        self.defer(
+            "SELECT pg_advisory_xact_lock(1667720040, hashtext(current_schema() || ':' || $1))",
+            &[&currency],
+        )?;
+        self.defer(
+            "SELECT pg_advisory_xact_lock(1667720039, hashtext(c))
+             FROM (SELECT c FROM unnest($1::TEXT[]) AS c ORDER BY hashtext(c), c) AS ordered",
+            &[&checkout_ids],
         )
     }
 
@@ -410,8 +426,69 @@ impl Tx for PgTx<'_> {
             (PENDING_LOCK, &[&request_id]),
         ])?;
         answers.truncate(1);
-        let row = answers
-            .pop()
+        self.gate_reads_of(keys, answers.pop())
+    }
+
+    fn gate_reads_batch(&mut self, keys: &[GateKeys<'_>]) -> Result<Vec<GateReads>, StoreError> {
+        // `gate_reads` for every gate in one round trip: each one's reads, then the buckets any
+        // of them may write locked in one statement (so in (account, hour) order across all of
+        // them, as every other transaction takes buckets), then their pending rows.
+        let Some(first) = keys.first() else {
+            return Ok(Vec::new());
+        };
+        if keys.iter().any(|k| k.currency != first.currency) {
+            return Err(StoreError::Inconsistent(
+                "a batch of gates held more than one currency".into(),
+            ));
+        }
+        let agent_accounts: Vec<&str> =
+            keys.iter().map(|k| k.agent_account.unwrap_or("")).collect();
+        let request_ids: Vec<&str> = keys.iter().map(|k| k.request_id.as_str()).collect();
+        let hours: Vec<i64> = keys.iter().map(|k| k.hour).collect();
+        let checkout_ids: Vec<&str> = keys.iter().map(|k| k.checkout_id).collect();
+        let reads: Vec<[&(dyn ToSql + Sync); 6]> = keys
+            .iter()
+            .enumerate()
+            .map(|(n, k)| -> [&(dyn ToSql + Sync); 6] {
+                [
+                    &k.currency,
+                    &k.from_hour,
+                    &agent_accounts[n],
+                    &k.checkout_id,
+                    &request_ids[n],
+                    &k.passkeys,
+                ]
+            })
+            .collect();
+        let locks: [&(dyn ToSql + Sync); 4] =
+            [&first.currency, &agent_accounts, &hours, &checkout_ids];
+        let pending: Vec<[&(dyn ToSql + Sync); 1]> = request_ids
+            .iter()
+            .map(|id| -> [&(dyn ToSql + Sync); 1] { [id] })
+            .collect();
+        let statements: Vec<(&'static str, &Params<'_>)> = reads
+            .iter()
+            .map(|params| (GATE_READS, &params[..]))
+            .chain(std::iter::once((GATE_LOCKS_BATCH, &locks[..])))
+            .chain(pending.iter().map(|params| (PENDING_LOCK, &params[..])))
+            .collect();
+        let mut answers = self.query_all(&statements)?;
+        answers.truncate(keys.len());
+        keys.iter()
+            .zip(answers)
+            .map(|(keys, rows)| self.gate_reads_of(keys, Some(rows)))
+            .collect()
+    }
+}
+
+impl PgTx<'_> {
+    /// The gate's reads from `GATE_READS`' one row.
+    fn gate_reads_of(
+        &self,
+        keys: &GateKeys<'_>,
+        rows: Option<Vec<Row>>,
+    ) -> Result<GateReads, StoreError> {
+        let row = rows
             .and_then(|mut rows| rows.pop())
             .ok_or_else(|| StoreError::Inconsistent("the gate's reads returned no row".into()))?;
         let ledger_key: Option<String> = self.get(&row, 2)?;
@@ -478,6 +555,19 @@ pub(super) const GATE_LOCKS: &str = "WITH l AS MATERIALIZED (SELECT currency, ho
  SELECT 1 FROM spend_buckets b
  JOIN (SELECT $1::TEXT AS account, $3::BIGINT AS hour
        UNION ALL SELECT $2, $3
+       UNION ALL SELECT currency, hour FROM l WHERE state = 'in_flight'
+       UNION ALL SELECT currency || '/' || agent, hour FROM l WHERE state = 'in_flight' AND agent IS NOT NULL) AS k
+   ON b.currency = k.account AND b.hour = k.hour
+ ORDER BY b.currency, b.hour
+ FOR UPDATE OF b";
+
+/// [`GATE_LOCKS`] for a batch of gates in one currency (`$1`): this hour's buckets of the
+/// currency and of each gate's agent account (`$2`, `''` for none, with the gate's hour in `$3`),
+/// and those of each checkout's (`$4`) reservation in flight, all in one (account, hour) order.
+const GATE_LOCKS_BATCH: &str = "WITH l AS MATERIALIZED (SELECT currency, hour, agent, state FROM ledger WHERE checkout_id = ANY($4::TEXT[]))
+ SELECT 1 FROM spend_buckets b
+ JOIN (SELECT $1::TEXT AS account, h AS hour FROM unnest($3::BIGINT[]) AS h
+       UNION ALL SELECT a, h FROM unnest($2::TEXT[], $3::BIGINT[]) AS g(a, h)
        UNION ALL SELECT currency, hour FROM l WHERE state = 'in_flight'
        UNION ALL SELECT currency || '/' || agent, hour FROM l WHERE state = 'in_flight' AND agent IS NOT NULL) AS k
    ON b.currency = k.account AND b.hour = k.hour
