@@ -1865,7 +1865,8 @@ fn the_audit_log_keeps_the_agent_and_verifies(fx: &Fixture) {
     assert!(summary.is_ok(), "{summary:?}");
 }
 
-/// A gate call queued while another decides: what its `decide` saw, and on which thread it ran.
+/// A gate call queued while another decides: what its `decide` saw (the last time it ran), and
+/// on which thread it ran.
 struct Seen {
     window_spent: i64,
     agent_window_spent: i64,
@@ -1873,7 +1874,10 @@ struct Seen {
 }
 
 /// One queued gate of USD `total` on `checkout` by `agent`, through [`Store::gate_queued`];
-/// `decide` forwards it if it fits `cap` (globally and, per agent, `agent_cap`).
+/// `decide` forwards it if it fits `cap` (globally and, per agent, `agent_cap`). A checkout named
+/// `co_bad…` is always forwarded, in EUR, which the store refuses to apply (the quote is in USD).
+/// `wait_for`: hold the decision until that many calls queue behind it. The result: whether it
+/// was let through.
 fn gate_queued(
     store: &Store,
     claim: Claim,
@@ -1882,9 +1886,10 @@ fn gate_queued(
     total: i64,
     (cap, agent_cap): (i64, i64),
     wait_for: Option<(std::sync::Arc<Store>, usize, std::sync::Arc<AtomicBool>)>,
-) -> (Seen, bool) {
+) -> (Seen, Result<bool, StoreError>) {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
     let seen_by_decide = std::sync::Arc::clone(&seen);
+    let bad = checkout.starts_with("co_bad");
     let decide = move |view: &LedgerView, _: &[ApprovalCandidate], _: &[_]| {
         if let Some((store, followers, deciding)) = &wait_for {
             // The leader's turn holds until every follower waits behind it.
@@ -1900,7 +1905,9 @@ fn gate_queued(
             agent_window_spent: view.agent_window_spent,
             thread: std::thread::current().id(),
         });
-        if view.window_spent + total <= cap && view.agent_window_spent + total <= agent_cap {
+        if bad {
+            forward("EUR", total, None)
+        } else if view.window_spent + total <= cap && view.agent_window_spent + total <= agent_cap {
             forward("USD", total, None)
         } else {
             Outcome {
@@ -1909,56 +1916,60 @@ fn gate_queued(
             }
         }
     };
-    let gated = store
-        .gate_queued(
-            &claim,
-            GateCall {
-                request: request(checkout, "k1"),
-                quote: quote(checkout, "USD", total),
-                digest: d(1),
-                agent: Some(agent.clone()),
-                window: DAY,
-                now: NOW,
-                read_passkeys: true,
-                decide: Box::new(decide),
-                audit: record(NOW),
-            },
-        )
-        .unwrap();
+    let gated = store.gate_queued(
+        &claim,
+        GateCall {
+            request: request(checkout, "k1"),
+            quote: quote(checkout, "USD", total),
+            digest: d(1),
+            agent: Some(agent.clone()),
+            window: DAY,
+            now: NOW,
+            read_passkeys: true,
+            decide: Box::new(decide),
+            audit: record(NOW),
+        },
+    );
     let seen = seen.lock().unwrap().take().expect("decide ran");
-    (seen, gated.permit.is_some())
+    (seen, gated.map(|gated| gated.permit.is_some()))
 }
 
-/// Calls queued behind a deciding gate are decided in one turn, by one thread, in one
-/// transaction; each sees the window sums with the reservations of those before it, globally and
-/// for its own agent, exactly as one transaction each would have. Without the batch's own
-/// counting every follower would see only the leader's spend, and all would pass the caps.
-fn gates_queued_behind_a_turn_are_decided_together_each_seeing_those_before(fx: &Fixture) {
-    const FOLLOWERS: usize = 8;
-    let store = std::sync::Arc::new(fx.reopen());
-    let (a, b) = (agent("agent-a"), agent("agent-b"));
-    // The leader's 10.00 (agent-a's), then 24.00 each, half of them agent-a's: the window fits
-    // three followers, and the agents' own caps one of agent-a's and two of agent-b's.
-    let caps = (1000 + 3 * 2400, 2 * 2400);
+/// A queued follower: its checkout, its agent, and what its gate came to.
+type Followed = (String, AgentId, (Seen, Result<bool, StoreError>));
+
+/// Agent-a's leader of USD 10.00 decides while `followers` (checkout, agent) of USD 24.00 each
+/// queue behind it, then they are decided; `caps` as [`gate_queued`] takes them.
+fn queued_behind_a_leader(
+    store: &std::sync::Arc<Store>,
+    followers: Vec<(String, AgentId)>,
+    caps: (i64, i64),
+) -> Vec<Followed> {
     // Claimed first: a claim is a write, and SQLite's would wait for the leader's turn.
     let claim = |checkout: &str| store.claim(checkout, "k1", NOW, DAY).unwrap().unwrap();
     let lead_claim = claim("co_lead");
-    let mut claims: Vec<_> = (0..FOLLOWERS).map(|n| claim(&format!("co_f{n}"))).collect();
+    let followers: Vec<_> = followers
+        .into_iter()
+        .map(|(checkout, payer)| (claim(&checkout), checkout, payer))
+        .collect();
     let deciding = std::sync::Arc::new(AtomicBool::new(false));
     let leader = {
-        let store = std::sync::Arc::clone(&store);
-        let (a, deciding) = (a.clone(), std::sync::Arc::clone(&deciding));
+        let (store, deciding) = (
+            std::sync::Arc::clone(store),
+            std::sync::Arc::clone(&deciding),
+        );
+        let wait = (std::sync::Arc::clone(&store), followers.len(), deciding);
         std::thread::spawn(move || {
-            let wait = (std::sync::Arc::clone(&store), FOLLOWERS, deciding);
-            gate_queued(
+            let unlimited = (i64::MAX, i64::MAX);
+            let (_, allowed) = gate_queued(
                 &store,
                 lead_claim,
                 "co_lead",
-                &a,
+                &agent("agent-a"),
                 1000,
-                (i64::MAX, i64::MAX),
+                unlimited,
                 Some(wait),
-            )
+            );
+            allowed
         })
     };
     // Followers start once the leader decides (it holds the lead until they all queue).
@@ -1968,51 +1979,86 @@ fn gates_queued_behind_a_turn_are_decided_together_each_seeing_those_before(fx: 
         assert!(!leader.is_finished(), "the leader ended before deciding");
         std::thread::sleep(Duration::from_millis(1));
     }
-    let followers: Vec<_> = (0..FOLLOWERS)
-        .map(|n| {
-            let store = std::sync::Arc::clone(&store);
-            let payer = if n % 2 == 0 { a.clone() } else { b.clone() };
-            let claim = claims.remove(0);
+    let threads: Vec<_> = followers
+        .into_iter()
+        .map(|(claim, checkout, payer)| {
+            let store = std::sync::Arc::clone(store);
             std::thread::spawn(move || {
-                let checkout = format!("co_f{n}");
                 let seen = gate_queued(&store, claim, &checkout, &payer, 2400, caps, None);
-                (payer, seen)
+                (checkout, payer, seen)
             })
         })
         .collect();
-    let (_, leader_allowed) = leader.join().unwrap();
-    assert!(leader_allowed);
-    let followers: Vec<_> = followers.into_iter().map(|f| f.join().unwrap()).collect();
+    assert!(
+        leader.join().unwrap().unwrap(),
+        "the leader was let through"
+    );
+    threads.into_iter().map(|f| f.join().unwrap()).collect()
+}
 
-    let threads: std::collections::HashSet<_> =
-        followers.iter().map(|(_, (seen, _))| seen.thread).collect();
-    assert_eq!(threads.len(), 1, "the followers were decided in one turn");
-    // In the turn's order, each saw the spend of the leader and of the followers allowed before it.
-    let mut by_spend: Vec<_> = followers
+/// Checks that each follower saw the leader's spend and that of the followers let through
+/// before it, globally and for its own agent, and was let through exactly if it fit `caps`;
+/// returns the window's spend and each agent's.
+fn each_saw_those_before(
+    followers: &[Followed],
+    caps: (i64, i64),
+) -> (i64, std::collections::HashMap<AgentId, i64>) {
+    let mut in_order: Vec<_> = followers
         .iter()
-        .map(|(payer, (seen, allowed))| {
-            (
+        .filter_map(|(_, payer, (seen, allowed))| {
+            let allowed = *allowed.as_ref().ok()?;
+            Some((
                 seen.window_spent,
+                allowed,
                 payer.clone(),
                 seen.agent_window_spent,
-                *allowed,
-            )
+            ))
         })
         .collect();
     // Those refused at a spend came before the one allowed at it (after which it grew).
-    by_spend.sort_by_key(|(spent, _, _, allowed)| (*spent, *allowed));
+    in_order.sort_by_key(|(spent, allowed, ..)| (*spent, *allowed));
     let mut window = 1000;
-    let mut per_agent = std::collections::HashMap::from([(a.clone(), 1000), (b.clone(), 0)]);
-    for (spent, payer, agent_spent, allowed) in &by_spend {
-        assert_eq!(*spent, window, "{by_spend:?}");
-        assert_eq!(*agent_spent, per_agent[payer], "{payer:?}: {by_spend:?}");
-        let fits = window + 2400 <= caps.0 && per_agent[payer] + 2400 <= caps.1;
-        assert_eq!(*allowed, fits, "{by_spend:?}");
+    let mut per_agent = std::collections::HashMap::from([(agent("agent-a"), 1000)]);
+    for (spent, allowed, payer, agent_spent) in &in_order {
+        let own = per_agent.get(payer).copied().unwrap_or(0);
+        assert_eq!(*spent, window, "{in_order:?}");
+        assert_eq!(*agent_spent, own, "{payer:?}: {in_order:?}");
+        let fits = window + 2400 <= caps.0 && own + 2400 <= caps.1;
+        assert_eq!(*allowed, fits, "{in_order:?}");
         if fits {
             window += 2400;
-            *per_agent.get_mut(payer).unwrap() += 2400;
+            per_agent.insert(payer.clone(), own + 2400);
         }
     }
+    (window, per_agent)
+}
+
+/// Calls queued behind a deciding gate are decided in one turn, by one thread, in one
+/// transaction; each sees the window sums with the reservations of those before it, globally and
+/// for its own agent, exactly as one transaction each would have. Without the batch's own
+/// counting every follower would see only the leader's spend, and all would pass the caps.
+fn gates_queued_behind_a_turn_are_decided_together_each_seeing_those_before(fx: &Fixture) {
+    let store = std::sync::Arc::new(fx.reopen());
+    let (a, b) = (agent("agent-a"), agent("agent-b"));
+    // The leader's 10.00 (agent-a's), then 24.00 each, half of them agent-a's: the window fits
+    // three followers, and the agents' own caps one of agent-a's and two of agent-b's.
+    let caps = (1000 + 3 * 2400, 2 * 2400);
+    let followers: Vec<_> = (0..8)
+        .map(|n| {
+            (
+                format!("co_f{n}"),
+                if n % 2 == 0 { a.clone() } else { b.clone() },
+            )
+        })
+        .collect();
+    let followed = queued_behind_a_leader(&store, followers, caps);
+    let threads: std::collections::HashSet<_> = followed
+        .iter()
+        .map(|(_, _, (seen, _))| seen.thread)
+        .collect();
+    assert_eq!(threads.len(), 1, "the followers were decided in one turn");
+    assert!(followed.iter().all(|(_, _, (_, result))| result.is_ok()));
+    let (window, per_agent) = each_saw_those_before(&followed, caps);
     assert_eq!(window, caps.0, "three followers were let through");
     let spend = store.window_spend(DAY, NOW).unwrap();
     assert_eq!(spend["USD"].in_flight, window);
@@ -2021,6 +2067,38 @@ fn gates_queued_behind_a_turn_are_decided_together_each_seeing_those_before(fx: 
         assert_eq!(own["USD"].in_flight, per_agent[payer], "{payer:?}");
     }
     // Every decision was audited, and the log the turn appended to verifies.
+    let summary = store
+        .verify_log(&TrustedKeys(Vec::new()), None, Vec::new())
+        .unwrap();
+    assert!(summary.is_ok(), "{summary:?}");
+}
+
+/// A turn whose transaction fails (one gate's effect cannot be applied) applies nothing of it;
+/// each of its calls is then decided on its own, so only the failing one fails.
+fn a_failing_gate_in_a_turn_fails_alone(fx: &Fixture) {
+    let store = std::sync::Arc::new(fx.reopen());
+    let b = agent("agent-b");
+    let caps = (1000 + 2 * 2400, i64::MAX);
+    let followers: Vec<_> = ["co_f0", "co_bad", "co_f1", "co_f2"]
+        .iter()
+        .map(|checkout| (checkout.to_string(), b.clone()))
+        .collect();
+    let followed = queued_behind_a_leader(&store, followers, caps);
+    for (checkout, _, (_, result)) in &followed {
+        match (checkout.as_str(), result) {
+            ("co_bad", Err(StoreError::Inconsistent(why))) => {
+                assert!(why.contains("EUR"), "{why}")
+            }
+            ("co_bad", other) => panic!("the failing gate: {other:?}"),
+            (_, Ok(_)) => {}
+            (_, Err(e)) => panic!("{checkout} failed with the other: {e}"),
+        }
+    }
+    let (window, _) = each_saw_those_before(&followed, caps);
+    assert_eq!(window, caps.0, "two of the three others were let through");
+    let spend = store.window_spend(DAY, NOW).unwrap();
+    assert_eq!(spend["USD"].in_flight, window);
+    assert!(!spend.contains_key("EUR"), "{spend:?}");
     let summary = store
         .verify_log(&TrustedKeys(Vec::new()), None, Vec::new())
         .unwrap();
@@ -2187,6 +2265,7 @@ both!(
     the_audit_log_keeps_the_agent_and_verifies,
     agent_tokens_are_added_listed_resolved_and_removed,
     gates_queued_behind_a_turn_are_decided_together_each_seeing_those_before,
+    a_failing_gate_in_a_turn_fails_alone,
     #[ignore = "slow (seeds a million rows); run with --ignored"]
     the_window_reads_only_buckets_at_1m_rows,
 );
