@@ -1436,6 +1436,33 @@ fn claims_keep_updates_and_other_payments_off_until_settlement(fx: &Fixture) {
     store.end_update(lease).unwrap();
 }
 
+/// A claim's commit is not flushed on its own (PostgreSQL, as SQLite): a crash may lose it. The
+/// gate built on it must then refuse, whatever it decided, and leave nothing reserved.
+fn a_claim_lost_before_its_gate_makes_the_gate_refuse(fx: &Fixture) {
+    let store = &fx.store;
+    let held = store.claim("c1", "k1", NOW, DAY).unwrap().unwrap();
+    // What a crash before the claim's flush leaves behind.
+    fx.raw().batch("DELETE FROM claims");
+    let err = store
+        .gate(
+            &held,
+            &request("c1", "k1"),
+            &quote("c1", "USD", 2400),
+            &d(1),
+            None,
+            DAY,
+            NOW,
+            true,
+            &mut |_, _, _| forward("USD", 2400, None),
+            &record(NOW),
+        )
+        .err()
+        .unwrap();
+    assert!(matches!(err, StoreError::ClaimLost), "{err}");
+    assert_eq!(spend(store, NOW, "USD"), WindowSpend::default());
+    assert_eq!(fx.raw().one("SELECT COUNT(*) FROM ledger"), 0);
+}
+
 fn an_abandoned_claim_lapses_only_without_a_reservation(fx: &Fixture) {
     let store = &fx.store;
     let orphan_after = Duration::from_secs(20);
@@ -2255,6 +2282,7 @@ both!(
     the_window_reads_only_buckets_at_100k_rows,
     claims_keep_updates_and_other_payments_off_until_settlement,
     an_abandoned_claim_lapses_only_without_a_reservation,
+    a_claim_lost_before_its_gate_makes_the_gate_refuse,
     a_freeze_holds_until_its_own_signed_unfreeze,
     a_charge_in_another_currency_counts_there,
     a_refusal_of_an_attempt_retried_since_releases_nothing,

@@ -227,6 +227,19 @@ impl Store {
         }
     }
 
+    /// [`Store::write`] for writes whose loss in a crash fails closed and that nothing acts on
+    /// before a later write is made durable: PostgreSQL's commit does not wait for the flush
+    /// (SQLite's never does; the gate syncs before it forwards).
+    fn write_unflushed<T>(
+        &self,
+        f: &mut dyn FnMut(&mut dyn tx::Tx) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(db) => db.write(f),
+            Backend::Postgres(db) => db.run_unflushed(f),
+        }
+    }
+
     /// Reads, and single inserts that need no transaction of their own on SQLite.
     fn read<T>(
         &self,
@@ -248,8 +261,12 @@ impl Store {
         now: OffsetDateTime,
         orphan_after: Duration,
     ) -> Result<Result<Claim, Conflict>, StoreError> {
-        let claimed = self
-            .write(&mut |tx| claims::claim(tx, checkout_id, idempotency_key, now, orphan_after))?;
+        // Not flushed on its own: nothing is forwarded under it before the gate's flush, which
+        // covers it, and a claim lost in a crash makes that gate refuse (`ClaimLost`). One flush
+        // wait fewer on every payment.
+        let claimed = self.write_unflushed(&mut |tx| {
+            claims::claim(tx, checkout_id, idempotency_key, now, orphan_after)
+        })?;
         Ok(claimed.map(|retry| Claim {
             checkout_id: checkout_id.to_owned(),
             idempotency_key: idempotency_key.to_owned(),

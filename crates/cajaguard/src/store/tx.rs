@@ -109,7 +109,8 @@ pub(super) struct GateKeys<'a> {
     pub checkout_id: &'a str,
     /// The first bucket inside the window.
     pub from_hour: i64,
-    /// The bucket a reservation made now goes to.
+    /// The bucket a reservation made now goes to (PostgreSQL locks it with the reads).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub hour: i64,
     pub request_id: &'a RequestId,
     /// Whether passkey approvals are read at all (the policy's page is on).

@@ -230,6 +230,14 @@ impl Postgres {
         self.run_as(Access::Read, &mut |tx| f(tx))
     }
 
+    /// [`Postgres::run`], its commit not waiting for the flush (see [`Access::WriteUnflushed`]).
+    pub(in crate::store) fn run_unflushed<T>(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.run_as(Access::WriteUnflushed, &mut |tx| f(tx))
+    }
+
     pub(super) fn run_pg<T>(
         &self,
         f: &mut dyn FnMut(&mut PgTx<'_>) -> Result<T, StoreError>,

@@ -49,6 +49,20 @@ impl Postgres {
         match *self {}
     }
 
+    pub fn read<T>(
+        &self,
+        _f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        match *self {}
+    }
+
+    pub fn run_unflushed<T>(
+        &self,
+        _f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        match *self {}
+    }
+
     pub fn write_approval(&self, _doc: &ApprovalDocument) -> Result<(), StoreError> {
         match *self {}
     }

@@ -42,6 +42,12 @@ const BEGIN_READ: &str = "BEGIN READ ONLY";
 pub(super) enum Access {
     Read,
     Write,
+    /// Writes whose commit does not wait for their flush, because nothing acts on them before a
+    /// later write's flush, which covers them (WAL is flushed in order), and their loss in a crash
+    /// fails closed. A claim: the gate that forwards under it is flushed first, and a gate that
+    /// finds its claim gone refuses (`StoreError::ClaimLost`). As SQLite's commits, which are
+    /// synced only when a gate forwards.
+    WriteUnflushed,
 }
 
 /// ...and is made durable before [`PgTx::commit`] returns, by this statement sent right after
@@ -105,7 +111,7 @@ impl<'c> PgTx<'c> {
             target,
             access,
             queued: vec![Queued::Simple(match access {
-                Access::Write => BEGIN,
+                Access::Write | Access::WriteUnflushed => BEGIN,
                 Access::Read => BEGIN_READ,
             })],
             begun: false,
