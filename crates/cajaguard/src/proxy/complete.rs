@@ -75,7 +75,7 @@ impl Proxy {
             Ok(claim) => claim,
             Err(ruling) => return self.refuse(&ruling, audit, started),
         };
-        let quote = match self.read_checkout(id, &request, &agent) {
+        let quote = match self.read_checkout(id, &request, &agent, &claim) {
             Ok(quote) => quote,
             Err(ruling) => {
                 self.abandon(claim);
@@ -155,11 +155,16 @@ impl Proxy {
 
     /// SPEC §4.4: the shop's own `get_checkout`, never the agent's numbers. An earlier attempt on
     /// this checkout still in flight is reconciled from the same answer first (see `reconcile`).
+    /// Only a retry's claim can have one: a claim is refused while another key's reservation is
+    /// in flight, and one under this key is what makes the claim a retry. (A second call with the
+    /// same key racing this one may reserve meanwhile; its gate then rides on that reservation as
+    /// a retry, which the shop answers once.) So other claims skip the store's read.
     fn read_checkout(
         &self,
         id: &RawValue,
         request: &CompleteRequest,
         agent: &Value,
+        claim: &Claim,
     ) -> Result<Quote, Ruling> {
         let params = checkout::get_checkout_params(agent, &request.checkout_id);
         let result = match self.shop_request(id, "tools/call", &params) {
@@ -171,7 +176,9 @@ impl Proxy {
             })?,
             other => return checkout::quote_from_reply(other, &request.checkout_id),
         };
-        self.reconcile_at_hand(request, &result, agent);
+        if claim.is_retry() {
+            self.reconcile_at_hand(request, &result, agent);
+        }
         checkout::quote_from_result(&result, &request.checkout_id)
     }
 
