@@ -392,8 +392,18 @@ fn an_agent_can_freeze_but_an_unfreeze_with_an_untrusted_key_changes_nothing() {
     let frozen = mcp.call("cajaguard_freeze", json!({"reason": "looks wrong"}));
     assert_eq!(frozen["isError"], json!(false), "{frozen}");
     let checkout_id = mcp.create_checkout("trail-socks", 2);
+    let reads_before = world.shop_calls().len();
     assert_eq!(verdict(&mcp.pay(&checkout_id)).1, "frozen");
     assert_eq!(world.completes_reaching_shop(&checkout_id), 0);
+    // Frozen wins over every other refusal (SPEC §4 step 0), one found before the store is asked
+    // (the tripwire) too, and not even the checkout is read back while frozen.
+    let tripped = mcp.complete(&checkout_id, raw_card_instrument(), &uuid(), json!({}));
+    assert_eq!(verdict(&tripped).1, "frozen", "{tripped}");
+    assert_eq!(
+        world.shop_calls().len(),
+        reads_before,
+        "nothing reached the shop while frozen"
+    );
     // Browsing still works while frozen.
     assert_eq!(
         checkout_now(&mut mcp, &checkout_id)["status"],

@@ -51,18 +51,23 @@ impl Proxy {
     ) -> Answer {
         let started = Instant::now();
         let mut audit = self.audit_record(super::tools::GATED_TOOL);
-        // 0. Frozen: before anything reaches the shop (the gate reads it again in its transaction).
-        match self.store.frozen() {
-            Ok(None) => {}
-            Ok(Some(frozen)) => return self.refuse(&gate::frozen_ruling(&frozen), audit, started),
-            Err(e) => return self.refuse(&store_failed(&e), audit, started),
-        }
-        if let Some(ruling) = self.forwarding_refusal(params, whole) {
-            return self.refuse(&ruling, audit, started);
-        }
-        let request = match gate::precheck(&self.policy, arguments) {
+        // 0. Frozen wins over every other refusal, and nothing reaches the shop while frozen. The
+        //    claim reads the freeze with the checkout's rows; a call refused before it reads it
+        //    here. (The gate reads it again in its transaction.)
+        let checked = match self.forwarding_refusal(params, whole) {
+            Some(ruling) => Err(ruling),
+            None => gate::precheck(&self.policy, arguments),
+        };
+        let request = match checked {
             Ok(request) => request,
-            Err(ruling) => return self.refuse(&ruling, audit, started),
+            Err(ruling) => {
+                let ruling = match self.store.frozen() {
+                    Ok(None) => ruling,
+                    Ok(Some(frozen)) => gate::frozen_ruling(&frozen),
+                    Err(e) => store_failed(&e),
+                };
+                return self.refuse(&ruling, audit, started);
+            }
         };
         audit.checkout_id = Some(cajaguard_core::display::audit(&request.checkout_id));
         audit.idempotency_key = Some(cajaguard_core::display::audit(&request.idempotency_key));
@@ -120,7 +125,14 @@ impl Proxy {
                 now,
                 orphan_after,
             ) {
-                Ok(Ok(claim)) => return Ok(claim),
+                Ok(Ok(claim)) => match claim.frozen() {
+                    None => return Ok(claim),
+                    Some(frozen) => {
+                        let ruling = gate::frozen_ruling(frozen);
+                        self.abandon(claim);
+                        return Err(ruling);
+                    }
+                },
                 Ok(Err(Conflict::UpdateInFlight)) => {
                     return Err(Ruling::new(
                         Reason::PaymentInFlight,

@@ -19,8 +19,10 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::tx::{ClaimRow, LedgerRow, State, Tx};
-use super::{StoreError, micros};
+use cajaguard_core::freeze::Frozen;
+
+use super::tx::{CheckoutReads, ClaimRow, LedgerRow, State, Tx};
+use super::{StoreError, freeze, micros};
 
 /// Why a claim or lease was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,17 +33,43 @@ pub enum Conflict {
     UpdateInFlight,
 }
 
-/// Claims `checkout_id` for the payment with `idempotency_key`. `Ok(true)`: the claim rides on this
-/// key's reservation in flight (a retry).
+/// A claim taken.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Claimed {
+    /// It rides on this key's reservation in flight (a retry).
+    pub retry: bool,
+    /// The freeze in force, read with the checkout's rows, so that a payment learns it without a
+    /// read of its own (the gate reads it again in its transaction).
+    pub frozen: Option<Frozen>,
+}
+
+/// Claims `checkout_id` for the payment with `idempotency_key`, and reads the freeze.
 pub(super) fn claim(
     tx: &mut dyn Tx,
     checkout_id: &str,
     idempotency_key: &str,
     now: OffsetDateTime,
     orphan_after: Duration,
-) -> Result<Result<bool, Conflict>, StoreError> {
+) -> Result<Result<Claimed, Conflict>, StoreError> {
     tx.lock_checkout(checkout_id)?;
-    let reads = tx.checkout_reads(checkout_id, Some(micros(now)))?;
+    let mut reads = tx.checkout_reads(checkout_id, Some(micros(now)))?;
+    let frozen = freeze::of_row(reads.frozen.take())?;
+    Ok(
+        claim_from(tx, checkout_id, idempotency_key, now, orphan_after, reads)?
+            .map(|retry| Claimed { retry, frozen }),
+    )
+}
+
+/// [`claim`] from the checkout's rows. `Ok(true)`: the claim rides on this key's reservation in
+/// flight (a retry).
+fn claim_from(
+    tx: &mut dyn Tx,
+    checkout_id: &str,
+    idempotency_key: &str,
+    now: OffsetDateTime,
+    orphan_after: Duration,
+    reads: CheckoutReads,
+) -> Result<Result<bool, Conflict>, StoreError> {
     if reads.lease_live {
         return Ok(Err(Conflict::UpdateInFlight));
     }

@@ -70,12 +70,18 @@ pub struct Claim {
     checkout_id: String,
     idempotency_key: String,
     retry: bool,
+    frozen: Option<Frozen>,
 }
 
 impl Claim {
     /// The claim rides on this payment's reservation in flight: the call is a retry.
     pub fn is_retry(&self) -> bool {
         self.retry
+    }
+
+    /// The freeze in force when the claim was taken, if payments were frozen then.
+    pub fn frozen(&self) -> Option<&Frozen> {
+        self.frozen.as_ref()
     }
 }
 
@@ -267,10 +273,11 @@ impl Store {
         let claimed = self.write_unflushed(&mut |tx| {
             claims::claim(tx, checkout_id, idempotency_key, now, orphan_after)
         })?;
-        Ok(claimed.map(|retry| Claim {
+        Ok(claimed.map(|claimed| Claim {
             checkout_id: checkout_id.to_owned(),
             idempotency_key: idempotency_key.to_owned(),
-            retry,
+            retry: claimed.retry,
+            frozen: claimed.frozen,
         }))
     }
 

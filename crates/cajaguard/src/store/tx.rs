@@ -76,11 +76,13 @@ pub(super) struct ClaimRow {
 /// What a checkout's claim, update lease and settlement decide on, read once its lock is held
 /// (see [`Tx::checkout_reads`]).
 pub(super) struct CheckoutReads {
-    /// An update lease is live at the time asked (`false` when the lease was not asked about).
+    /// An update lease is live at the time asked (`false` when not asked: not a claim).
     pub lease_live: bool,
     /// The checkout's ledger row (locked on PostgreSQL, as [`Tx::ledger_row`]).
     pub row: Option<LedgerRow>,
     pub claim: Option<ClaimRow>,
+    /// The freeze in force, as [`Tx::frozen`] reads it (`None` when not asked: not a claim).
+    pub frozen: Option<(i64, String)>,
 }
 
 /// Who ended a reservation as not paid.
@@ -249,22 +251,27 @@ pub(super) trait Tx:
     /// The last `limit` decisions on `complete_checkout`, newest first (for the approval page).
     fn recent_decisions(&mut self, limit: i64) -> Result<Vec<super::Decided>, StoreError>;
 
-    /// A checkout's rows, as the statements above would read them one by one (the lease only when
-    /// `lease_at_us` is given, live at that time). PostgreSQL sends them in one round trip, so a
-    /// claim or a settlement costs two (its reads, then its writes with `COMMIT`), and holds the
-    /// rows its writes lock only while the server applies them.
+    /// A checkout's rows, as the statements above would read them one by one; for a claim made
+    /// at `claim_at_us`, also whether an update lease is live then and the freeze. PostgreSQL
+    /// sends them in one round trip, so a claim or a settlement costs two (its reads, then its
+    /// writes with `COMMIT`), and holds the rows its writes lock only while the server applies
+    /// them.
     fn checkout_reads(
         &mut self,
         checkout_id: &str,
-        lease_at_us: Option<i64>,
+        claim_at_us: Option<i64>,
     ) -> Result<CheckoutReads, StoreError> {
         Ok(CheckoutReads {
-            lease_live: match lease_at_us {
+            lease_live: match claim_at_us {
                 Some(at_us) => self.lease_live(checkout_id, at_us)?,
                 None => false,
             },
             row: self.ledger_row(checkout_id)?,
             claim: self.claim_get(checkout_id)?,
+            frozen: match claim_at_us {
+                Some(_) => self.frozen()?,
+                None => None,
+            },
         })
     }
 

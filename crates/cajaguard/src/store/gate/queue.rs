@@ -193,6 +193,7 @@ impl Store {
                 checkout_id: claim.checkout_id.clone(),
                 idempotency_key: claim.idempotency_key.clone(),
                 retry: claim.retry,
+                frozen: claim.frozen.clone(),
             },
             started: Instant::now(),
             slot: Arc::clone(&slot),

@@ -193,26 +193,38 @@ impl Tx for PgTx<'_> {
     fn checkout_reads(
         &mut self,
         checkout_id: &str,
-        lease_at_us: Option<i64>,
+        claim_at_us: Option<i64>,
     ) -> Result<CheckoutReads, StoreError> {
         // With the checkout's lock queued before them (see transaction.rs), in one round trip.
-        let mut answers = match &lease_at_us {
-            Some(at_us) => self.query_all(&[
-                (LEASE_LIVE, &[&checkout_id, at_us]),
-                (LEDGER_ROW, &[&checkout_id]),
-                (CLAIM, &[&checkout_id]),
-            ])?,
-            None => self.query_all(&[(LEDGER_ROW, &[&checkout_id]), (CLAIM, &[&checkout_id])])?,
+        let (mut answers, frozen, lease) = match &claim_at_us {
+            Some(at_us) => {
+                let mut answers = self.query_all(&[
+                    (LEASE_LIVE, &[&checkout_id, at_us]),
+                    (LEDGER_ROW, &[&checkout_id]),
+                    (CLAIM, &[&checkout_id]),
+                    (FROZEN, &[]),
+                ])?;
+                let frozen = answers.pop().unwrap_or_default();
+                let lease = answers.remove(0);
+                (answers, one_row(frozen)?, lease)
+            }
+            None => (
+                self.query_all(&[(LEDGER_ROW, &[&checkout_id]), (CLAIM, &[&checkout_id])])?,
+                None,
+                Vec::new(),
+            ),
         };
         let claim = answers.pop().unwrap_or_default();
         let row = answers.pop().unwrap_or_default();
-        let lease = answers.pop().unwrap_or_default();
         Ok(CheckoutReads {
             lease_live: !lease.is_empty(),
             row: one_row(row)?
                 .map(|row| self.ledger_row_at(&row, 0))
                 .transpose()?,
             claim: one_row(claim)?.map(|row| self.claim_of(&row)).transpose()?,
+            frozen: frozen
+                .map(|row| Ok::<_, StoreError>((self.get(&row, 0)?, self.get(&row, 1)?)))
+                .transpose()?,
         })
     }
 

@@ -351,8 +351,18 @@ fn a_claim_and_a_settlement_read_in_one_round_trip_and_write_with_their_commit()
             Ok((claimed, tx.round_trips()))
         })
         .unwrap();
-    assert_eq!(claimed, Ok(false), "a fresh checkout is claimed");
-    assert_eq!(claim_trips, 1, "the claim's reads are one round trip");
+    assert_eq!(
+        claimed,
+        Ok(claims::Claimed {
+            retry: false,
+            frozen: None
+        }),
+        "a fresh checkout is claimed"
+    );
+    assert_eq!(
+        claim_trips, 1,
+        "the claim's reads, the freeze among them, are one round trip"
+    );
     store
         .run_pg(&mut |tx| {
             let reservation = Reservation {
