@@ -196,34 +196,30 @@ impl Tx for PgTx<'_> {
         claim_at_us: Option<i64>,
     ) -> Result<CheckoutReads, StoreError> {
         // With the checkout's lock queued before them (see transaction.rs), in one round trip.
-        let (mut answers, frozen, lease) = match &claim_at_us {
-            Some(at_us) => {
-                let mut answers = self.query_all(&[
-                    (LEASE_LIVE, &[&checkout_id, at_us]),
-                    (LEDGER_ROW, &[&checkout_id]),
-                    (CLAIM, &[&checkout_id]),
-                    (FROZEN, &[]),
-                ])?;
-                let frozen = answers.pop().unwrap_or_default();
-                let lease = answers.remove(0);
-                (answers, one_row(frozen)?, lease)
-            }
-            None => (
-                self.query_all(&[(LEDGER_ROW, &[&checkout_id]), (CLAIM, &[&checkout_id])])?,
-                None,
-                Vec::new(),
-            ),
+        let mut answers = match &claim_at_us {
+            Some(at_us) => self.query_all(&[
+                (LEASE_LIVE, &[&checkout_id, at_us]),
+                (LEDGER_ROW, &[&checkout_id]),
+                (CLAIM, &[&checkout_id]),
+                (FROZEN, &[]),
+            ])?,
+            None => self.query_all(&[(LEDGER_ROW, &[&checkout_id]), (CLAIM, &[&checkout_id])])?,
+        };
+        let frozen = match claim_at_us {
+            Some(_) => answers.pop().unwrap_or_default(),
+            None => Vec::new(),
         };
         let claim = answers.pop().unwrap_or_default();
         let row = answers.pop().unwrap_or_default();
+        let lease = answers.pop().unwrap_or_default();
         Ok(CheckoutReads {
             lease_live: !lease.is_empty(),
             row: one_row(row)?
                 .map(|row| self.ledger_row_at(&row, 0))
                 .transpose()?,
             claim: one_row(claim)?.map(|row| self.claim_of(&row)).transpose()?,
-            frozen: frozen
-                .map(|row| Ok::<_, StoreError>((self.get(&row, 0)?, self.get(&row, 1)?)))
+            frozen: one_row(frozen)?
+                .map(|row| self.frozen_of(&row))
                 .transpose()?,
         })
     }
@@ -249,8 +245,7 @@ impl Tx for PgTx<'_> {
 
     fn frozen(&mut self) -> Result<Option<(i64, String)>, StoreError> {
         let row = self.query_opt(FROZEN, &[])?;
-        row.map(|row| Ok((self.get(&row, 0)?, self.get(&row, 1)?)))
-            .transpose()
+        row.map(|row| self.frozen_of(&row)).transpose()
     }
 
     fn freeze_put(&mut self, at_us: i64, reason: &str) -> Result<(), StoreError> {
@@ -626,6 +621,11 @@ impl PgTx<'_> {
             revisit: self.get(row, at + 8)?,
             agent: self.get(row, at + 9)?,
         })
+    }
+
+    /// The freeze's row (frozen at, reason), from `FROZEN`'s columns.
+    fn frozen_of(&self, row: &Row) -> Result<(i64, String), StoreError> {
+        Ok((self.get(row, 0)?, self.get(row, 1)?))
     }
 
     fn claim_of(&self, row: &Row) -> Result<ClaimRow, StoreError> {
