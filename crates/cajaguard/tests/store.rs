@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use cajaguard::store::{
     ApprovalStatus, AuditEvent, AuditRecord, Claim, Conflict, DB_FILE, FiledApproval, FrozenBy,
-    GateCall, ReleasedBy, Store, StoreError, WindowSpend,
+    GateCall, Gated, ReleasedBy, Store, StoreError, WindowSpend,
 };
 use cajaguard_core::agent::AgentId;
 use cajaguard_core::approval::{
@@ -1436,6 +1436,22 @@ fn claims_keep_updates_and_other_payments_off_until_settlement(fx: &Fixture) {
     store.end_update(lease).unwrap();
 }
 
+/// The gate of a USD 24.00 payment of checkout `c1` under key `k1`, which forwards, under `held`.
+fn forward_under(store: &Store, held: &Claim, at: OffsetDateTime) -> Result<Gated, StoreError> {
+    store.gate(
+        held,
+        &request("c1", "k1"),
+        &quote("c1", "USD", 2400),
+        &d(1),
+        None,
+        DAY,
+        at,
+        true,
+        &mut |_, _, _| forward("USD", 2400, None),
+        &record(at),
+    )
+}
+
 /// A claim's commit is not flushed on its own (PostgreSQL, as SQLite): a crash may lose it. The
 /// gate built on it must then refuse, whatever it decided, and leave nothing reserved.
 fn a_claim_lost_before_its_gate_makes_the_gate_refuse(fx: &Fixture) {
@@ -1443,21 +1459,7 @@ fn a_claim_lost_before_its_gate_makes_the_gate_refuse(fx: &Fixture) {
     let held = store.claim("c1", "k1", NOW, DAY).unwrap().unwrap();
     // What a crash before the claim's flush leaves behind.
     fx.raw().batch("DELETE FROM claims");
-    let err = store
-        .gate(
-            &held,
-            &request("c1", "k1"),
-            &quote("c1", "USD", 2400),
-            &d(1),
-            None,
-            DAY,
-            NOW,
-            true,
-            &mut |_, _, _| forward("USD", 2400, None),
-            &record(NOW),
-        )
-        .err()
-        .unwrap();
+    let err = forward_under(store, &held, NOW).unwrap_err();
     assert!(matches!(err, StoreError::ClaimLost), "{err}");
     assert_eq!(spend(store, NOW, "USD"), WindowSpend::default());
     assert_eq!(fx.raw().one("SELECT COUNT(*) FROM ledger"), 0);
@@ -1488,21 +1490,7 @@ fn an_abandoned_claim_lapses_only_without_a_reservation(fx: &Fixture) {
         .claim("c1", "k2", late, orphan_after)
         .unwrap()
         .unwrap();
-    let err = store
-        .gate(
-            &held,
-            &request("c1", "k1"),
-            &quote("c1", "USD", 2400),
-            &d(1),
-            None,
-            DAY,
-            late,
-            true,
-            &mut |_, _, _| forward("USD", 2400, None),
-            &record(late),
-        )
-        .err()
-        .unwrap();
+    let err = forward_under(store, &held, late).unwrap_err();
     assert!(matches!(err, StoreError::ClaimLost), "{err}");
     assert_eq!(spend(store, late, "USD"), WindowSpend::default());
     store.abandon(taken).unwrap();
