@@ -523,6 +523,26 @@ fn forward_reserves_and_the_window_sees_it(fx: &Fixture) {
     );
 }
 
+/// A settled checkout is never reserved again (that would count its spend twice or lose it).
+fn a_settled_checkout_is_never_reserved_again(fx: &Fixture) {
+    let store = &fx.store;
+    reserve(store, "c1", "k1", 8900, NOW);
+    settle(store, "c1", "k1", &completed(8900));
+    let err = gate_with(
+        store,
+        "c1",
+        "k2",
+        "USD",
+        8900,
+        NOW,
+        forward("USD", 8900, None),
+    )
+    .err()
+    .unwrap();
+    assert!(matches!(err, StoreError::Inconsistent(_)), "{err}");
+    assert_eq!(spend(store, NOW, "USD"), spent(8900, 0));
+}
+
 fn settle_completed_counts_once_and_is_idempotent(fx: &Fixture) {
     let store = &fx.store;
     reserve(store, "c1", "k1", 8900, NOW);
@@ -558,7 +578,8 @@ fn settle_completed_counts_once_and_is_idempotent(fx: &Fixture) {
             .reason
             .contains("charged_differs on c1: total")
     );
-    // A settled checkout is never reserved again (that would count its spend twice or lose it).
+    // Payments are frozen now (the charge differed): a claim holds nothing, so a forward under
+    // one finds no claim.
     let err = gate_with(
         store,
         "c1",
@@ -570,7 +591,7 @@ fn settle_completed_counts_once_and_is_idempotent(fx: &Fixture) {
     )
     .err()
     .unwrap();
-    assert!(matches!(err, StoreError::Inconsistent(_)), "{err}");
+    assert!(matches!(err, StoreError::ClaimLost), "{err}");
     assert_eq!(spend(store, NOW, "USD"), spent(9900, 0));
 }
 
@@ -1514,6 +1535,14 @@ fn a_freeze_holds_until_its_own_signed_unfreeze(fx: &Fixture) {
             &record(NOW),
         )
         .unwrap();
+    // While frozen a claim holds nothing: it only carries the freeze (the payment is refused
+    // before its checkout is read), and updates of the checkout still go (SPEC §7).
+    let unheld = store.claim("c9", "k9", NOW, DAY).unwrap().unwrap();
+    assert_eq!(unheld.frozen(), Some(&frozen));
+    assert!(
+        store.begin_update("c9", NOW, DAY, DAY).unwrap().is_ok(),
+        "a claim made while frozen must not keep updates off"
+    );
     // A second freeze keeps the first's time (what an unfreeze names) and adds its reason, so
     // the human who unfreezes sees every one.
     let again = store
@@ -2253,6 +2282,7 @@ both!(
     two_stores_open_one_fresh_home,
     forward_reserves_and_the_window_sees_it,
     settle_completed_counts_once_and_is_idempotent,
+    a_settled_checkout_is_never_reserved_again,
     settle_released_frees_the_reservation_and_unknown_keeps_it,
     a_settlement_is_applied_only_with_its_audit_record,
     a_new_attempt_replaces_the_old_reservation,

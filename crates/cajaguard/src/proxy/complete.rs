@@ -125,13 +125,10 @@ impl Proxy {
                 now,
                 orphan_after,
             ) {
+                // Frozen: nothing was claimed, so there is nothing to end.
                 Ok(Ok(claim)) => match claim.frozen() {
                     None => return Ok(claim),
-                    Some(frozen) => {
-                        let ruling = gate::frozen_ruling(frozen);
-                        self.abandon(claim);
-                        return Err(ruling);
-                    }
+                    Some(frozen) => return Err(gate::frozen_ruling(frozen)),
                 },
                 Ok(Err(Conflict::UpdateInFlight)) => {
                     return Err(Ruling::new(

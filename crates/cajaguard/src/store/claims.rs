@@ -43,7 +43,10 @@ pub(super) struct Claimed {
     pub frozen: Option<Frozen>,
 }
 
-/// Claims `checkout_id` for the payment with `idempotency_key`, and reads the freeze.
+/// Claims `checkout_id` for the payment with `idempotency_key`, and reads the freeze. While
+/// payments are frozen nothing is written: the payment is refused before its checkout is read,
+/// and a claim would only keep updates of the checkout off, which a freeze leaves alone (SPEC
+/// §7). A gate under such a claim can only refuse (a forward finds no claim: `ClaimLost`).
 pub(super) fn claim(
     tx: &mut dyn Tx,
     checkout_id: &str,
@@ -53,10 +56,19 @@ pub(super) fn claim(
 ) -> Result<Result<Claimed, Conflict>, StoreError> {
     tx.lock_checkout(checkout_id)?;
     let mut reads = tx.checkout_reads(checkout_id, Some(micros(now)))?;
-    let frozen = freeze::of_row(reads.frozen.take())?;
+    if let Some(frozen) = freeze::of_row(reads.frozen.take())? {
+        return Ok(Ok(Claimed {
+            retry: false,
+            frozen: Some(frozen),
+        }));
+    }
     Ok(
-        claim_from(tx, checkout_id, idempotency_key, now, orphan_after, reads)?
-            .map(|retry| Claimed { retry, frozen }),
+        claim_from(tx, checkout_id, idempotency_key, now, orphan_after, reads)?.map(|retry| {
+            Claimed {
+                retry,
+                frozen: None,
+            }
+        }),
     )
 }
 

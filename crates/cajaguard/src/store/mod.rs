@@ -79,7 +79,8 @@ impl Claim {
         self.retry
     }
 
-    /// The freeze in force when the claim was taken, if payments were frozen then.
+    /// The freeze in force when the claim was asked for, if payments were frozen then: the claim
+    /// then holds nothing, and a gate under it can only refuse.
     pub fn frozen(&self) -> Option<&Frozen> {
         self.frozen.as_ref()
     }
