@@ -26,6 +26,7 @@ use anyhow::{Context, Result, bail};
 const USAGE: &str = "usage: cargo xtask report [--quick] [--out DIR]
        cargo xtask service-throughput [--quick]
        cargo xtask pg-gate [--quick]
+       cargo xtask service-latency [--quick]
 
   report        run every scenario and timing; write cajaguard.md and cajaguard.json
   service-throughput
@@ -33,6 +34,9 @@ const USAGE: &str = "usage: cargo xtask report [--quick] [--out DIR]
                 use over each run (for working on it; writes nothing)
   pg-gate       only the report's PostgreSQL Store::gate rows and their commit floor, printed
                 (for working on them; writes nothing)
+  service-latency
+                only the report's service latency rows (a forwarded call through `serve`
+                beside the same call straight to the fixture), printed (writes nothing)
   --quick       small n and 10^5 (not 10^6) ledger rows; writes target/report/ by default
   --out DIR     where to write the report (full mode default: reports/, which also refreshes README.md)";
 
@@ -47,6 +51,7 @@ enum Task {
     Report,
     ServiceThroughput,
     PgGate,
+    ServiceLatency,
 }
 
 fn parse_args() -> Result<Args> {
@@ -55,6 +60,7 @@ fn parse_args() -> Result<Args> {
         Some("report") => Task::Report,
         Some("service-throughput") => Task::ServiceThroughput,
         Some("pg-gate") => Task::PgGate,
+        Some("service-latency") => Task::ServiceLatency,
         Some("-h" | "--help") | None => bail!("{USAGE}"),
         Some(other) => bail!("unknown task {other:?}\n{USAGE}"),
     };
@@ -89,6 +95,7 @@ fn main() -> ExitCode {
         Task::Report => report(&args),
         Task::ServiceThroughput => service_throughput(&args),
         Task::PgGate => pg_gate(&args),
+        Task::ServiceLatency => service_latency(&args),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,
@@ -147,12 +154,31 @@ fn pg_gate(args: &Args) -> Result<bool> {
     let scratch = tempfile::Builder::new()
         .prefix("pg-gate-")
         .tempdir_in(root.join("target"))?;
-    let sizes = if args.quick {
+    let t = timing::postgres_only(scratch.path(), sizes(args), &|p| eprintln!("{p}"))?;
+    Ok(print_rows(&t))
+}
+
+/// `cargo xtask service-latency`: the service latency rows alone, beside the straight call.
+fn service_latency(args: &Args) -> Result<bool> {
+    let root = workspace_root();
+    build_binaries(&root)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("service-latency-")
+        .tempdir_in(root.join("target"))?;
+    let t = timing::service_only(scratch.path(), sizes(args))?;
+    Ok(print_rows(&t))
+}
+
+fn sizes(args: &Args) -> timing::Sizes {
+    if args.quick {
         timing::Sizes::quick()
     } else {
         timing::Sizes::full()
-    };
-    let t = timing::postgres_only(scratch.path(), sizes, &|p| eprintln!("{p}"))?;
+    }
+}
+
+/// Prints each floor and row with its target; `true` when every target was met.
+fn print_rows(t: &timing::Timing) -> bool {
     let mut met = true;
     for row in t.floors.iter().chain(&t.rows) {
         let target = row.target.as_ref();
@@ -169,7 +195,7 @@ fn pg_gate(args: &Args) -> Result<bool> {
             ))
         );
     }
-    Ok(met)
+    met
 }
 
 fn workspace_root() -> PathBuf {

@@ -344,7 +344,7 @@ fn misses(out: &mut String, run: &Run) {
                     .find(|f| f.key == "http_fixture")
                     .map_or(0.0, |f| f.summary.p50_ns);
                 format!(
-                    "measured {} p50 against {} (straight to the fixture: {}). The breakdown rows of this run place it: a request the service refuses before the store (no token, 401) takes {} p50, one HTTP exchange with the service, which a forwarded call pays on top of the fixture's own; tools/list, its token confirmed from memory (the store is asked again once the confirmation is 1 s old), run on the thread that read it, takes {}, {} more than the 401, most of it its 15 KB answer built, sent and parsed. A forwarded call adds to the exchange the proxy's checks (the envelope and params parsed, duplicate keys, the tripwire) and the service's own POST to the fixture, on a new connection each time: the fixture ends its event stream some 40 ms after the answer, so a client that passes the answer on at once cannot reuse the connection (the straight path reconnects too). Timed inside the service in a quick run (instrumented, then removed): the POST to the fixture took 506 µs where the harness's took 450 µs, the proxy's checks and the handler 63 µs, and the exchange around the handler 218 µs where a 401's whole exchange took 84 µs: the relay's two extra wake-ups (the service when the fixture answers, the agent when the service does) come after the vCPUs have halted for the length of a shop call, and cost more than the short ping-pong of the 401 probe. Running each message on the thread that read it, instead of handing it to the blocking pool and back, took the added latency from 392-404 µs to 307-356 µs in back-to-back quick runs; less would take fewer processes on the path or busy-polling, which costs a core.",
+                    "measured {} p50 against {} (straight to the fixture: {}; see \"How the service's added latency is measured\" above). The breakdown rows of this run place it: a request the service refuses before the store (no token, 401) takes {} p50, one HTTP exchange with the service, which a forwarded call pays on top of the fixture's own; tools/list, answered by the service without the shop, takes {}, {} more than the 401, most of it its 15 KB answer built, sent and parsed. A forwarded call adds to the exchange the proxy's checks (the envelope and params parsed, duplicate keys, the tripwire) and two wake-ups the straight call does not have (the service when the fixture answers, the agent when the service does), each after the vCPUs have halted for the length of a shop call. Less would take fewer processes on the path or busy-polling, which costs a core.",
                     human(row.summary.p50_ns),
                     target.goal,
                     human(floor),
@@ -407,6 +407,32 @@ fn misses(out: &mut String, run: &Run) {
     }
 }
 
+/// What the service's added latency is measured against, with both straight calls of this run.
+fn service_latency_note(out: &mut String, timing: &Timing) {
+    let p50 = |key: &str| timing.row(key).map(|r| r.summary.p50_ns);
+    let floor = timing
+        .floors
+        .iter()
+        .find(|f| f.key == "http_fixture")
+        .map(|f| f.summary.p50_ns);
+    let (Some(floor), Some(through), Some(kept)) = (
+        floor,
+        p50("rtt_service_fixture"),
+        p50("service_direct_kept"),
+    ) else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "\n### How the service's added latency is measured\n\nThe agent's client is the same on both paths and does what the MCP SDKs' clients do: once an event stream has carried the answer, it closes the stream. The fixture answers with event streams, so each call straight to it opens a new connection ({} p50). The service answers with JSON, so the agent keeps its connection to it; and the service's own client reads each of the fixture's streams to its end after passing the answer on (on a thread of its own), so it keeps its connection to the fixture too. Through the service: {} p50, {} more than the straight call the agent would otherwise make (the target row). Against a straight client that also reads each stream to its end and so keeps its connection ({} p50), the service adds {}: one more HTTP exchange and process on the path.",
+        human(floor),
+        human(through),
+        human(through - floor),
+        human(kept),
+        human(through - kept),
+    );
+}
+
 pub fn markdown(run: &Run) -> String {
     let mut out = String::new();
     out.push_str("# CajaGuard report\n\n");
@@ -448,7 +474,10 @@ pub fn markdown(run: &Run) -> String {
         run.sizes.big_ledger_rows
     );
     match &run.timing {
-        Ok(timing) => timing_tables(&mut out, timing),
+        Ok(timing) => {
+            timing_tables(&mut out, timing);
+            service_latency_note(&mut out, timing);
+        }
         Err(e) => {
             let _ = writeln!(out, "**Timing failed**: {}", cell(&format!("{e:#}")));
         }

@@ -96,6 +96,15 @@ pub async fn serve_http(store: Store, options: HttpOptions) -> anyhow::Result<()
         std::fs::rename(&partial, path)?;
     }
     eprintln!("cajaguard-fixture-shop: listening on http://{bound}/mcp");
+    // Each event goes out as written. Without this, Nagle held an answer's event (a second small
+    // write after the stream's first) until the client acknowledged the first, and a client on a
+    // kept-alive connection acknowledges late (delayed ACK): 40 ms per call.
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("could not set TCP_NODELAY: {e}");
+        }
+    });
     axum::serve(listener, router).await?;
     Ok(())
 }

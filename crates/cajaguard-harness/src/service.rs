@@ -179,13 +179,34 @@ pub fn client() -> ureq::Agent {
         .into()
 }
 
-/// [`send`] on `agent`'s connections.
+/// [`send`] on `agent`'s connections. An event stream is read up to its answer, and its
+/// connection closed there, as the MCP SDKs' clients do.
 pub fn send_with(
     agent: &ureq::Agent,
     method: &str,
     url: &str,
     headers: &[(&str, &str)],
     body: Option<&str>,
+) -> Reply {
+    send_on(agent, method, url, headers, body, StreamEnd::Close)
+}
+
+/// What a client does with an event stream once it has the answer.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum StreamEnd {
+    /// Stops reading and drops it, which closes its connection (the MCP SDKs' clients).
+    Close,
+    /// Reads on to the stream's end, so that its connection is kept for the next request.
+    Read,
+}
+
+fn send_on(
+    agent: &ureq::Agent,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+    stream_end: StreamEnd,
 ) -> Reply {
     let mut request = ureq::http::Request::builder().method(method).uri(url);
     for (k, v) in headers {
@@ -214,7 +235,12 @@ pub fn send_with(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|t| t.starts_with("text/event-stream"));
     let body = if stream {
-        answer_event(response.into_body().into_reader())
+        let mut reader = BufReader::new(response.into_body().into_reader());
+        let answer = answer_event(&mut reader);
+        if stream_end == StreamEnd::Read {
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+        }
+        answer
     } else {
         response.into_body().read_to_string().unwrap_or_default()
     };
@@ -227,10 +253,10 @@ pub fn send_with(
 
 /// An event stream read up to the end of the event that carries a JSON-RPC response, as an MCP
 /// client does: the stream's end may come later (a server may hold its last chunk back).
-fn answer_event(reader: impl std::io::Read) -> String {
+fn answer_event(reader: &mut impl std::io::BufRead) -> String {
     let mut body = String::new();
     let mut answered = false;
-    for line in BufReader::new(reader).lines().map_while(Result::ok) {
+    for line in reader.lines().map_while(Result::ok) {
         if line.is_empty() && answered {
             break;
         }
@@ -254,17 +280,24 @@ pub struct HttpMcp {
     pub session: Option<String>,
     next_id: u64,
     client: ureq::Agent,
+    stream_end: StreamEnd,
 }
 
 impl HttpMcp {
     /// Opens a session for the agent whose token this is.
     pub fn connect(url: &str, token: &str) -> HttpMcp {
+        HttpMcp::connect_with(url, token, StreamEnd::Close)
+    }
+
+    /// [`HttpMcp::connect`], doing `stream_end` with each event stream once it has the answer.
+    pub fn connect_with(url: &str, token: &str, stream_end: StreamEnd) -> HttpMcp {
         let mut mcp = HttpMcp {
             url: url.to_owned(),
             token: token.to_owned(),
             session: None,
             next_id: 0,
             client: client(),
+            stream_end,
         };
         let reply = mcp.post_message(&json!({
             "jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -291,7 +324,14 @@ impl HttpMcp {
             headers.push(("mcp-session-id", session.as_str()));
             headers.push(("mcp-protocol-version", "2025-11-25"));
         }
-        send_with(&self.client, "POST", &self.url, &headers, Some(body))
+        send_on(
+            &self.client,
+            "POST",
+            &self.url,
+            &headers,
+            Some(body),
+            self.stream_end,
+        )
     }
 
     pub fn post_message(&self, message: &Value) -> Reply {

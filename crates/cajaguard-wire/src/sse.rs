@@ -30,6 +30,11 @@ impl<R: BufRead> SseReader<R> {
         }
     }
 
+    /// The reader, with whatever it has buffered past the last event returned.
+    pub fn into_inner(self) -> R {
+        self.reader
+    }
+
     /// The next event, or `None` at the end of the stream. `max` bounds an event's data.
     pub fn next_event(&mut self, max: usize) -> std::io::Result<Option<Event>> {
         let mut data = String::new();

@@ -187,6 +187,13 @@ pub fn postgres_only(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> R
     Ok(t)
 }
 
+/// The service's latency rows alone (`cargo xtask service-latency`).
+pub fn service_only(scratch: &Path, sizes: Sizes) -> Result<Timing> {
+    let (mut t, homes) = start(scratch)?;
+    service::service_rows(&mut t, homes.path(), sizes)?;
+    Ok(t)
+}
+
 pub fn run(scratch: &Path, sizes: Sizes, progress: &dyn Fn(&str)) -> Result<Timing> {
     let setup = crate::scenarios::setup(scratch);
     let (mut t, homes) = start(scratch)?;

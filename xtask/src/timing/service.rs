@@ -1,15 +1,19 @@
 //! `cajaguard serve` as an agent sees it: a forwarded (not gated) `get_checkout` through the
 //! service to the fixture shop over MCP Streamable HTTP, beside the same call straight to the
-//! fixture's HTTP endpoint (the floor). Both clients keep their connection alive, as an agent's
-//! MCP client does; the fixture's state is on tmpfs when the machine has one, so that its fsync
-//! per call (both paths pay it alike) does not drown the difference.
+//! fixture's HTTP endpoint (the floor), with the same client, which does what the MCP SDKs'
+//! clients do: it closes an event stream once it has the answer (so each call straight to the
+//! fixture, which answers with event streams, opens a new connection), and keeps its connection to
+//! the service, which answers with JSON. A breakdown row times the straight call reading each
+//! stream to its end instead, as the relay does, which keeps the connection. The fixture's state
+//! is on tmpfs when the machine has one, so that its fsync per call (both paths pay it alike) does
+//! not drown the difference.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 use cajaguard::store::{AuditRecord, Store};
 use cajaguard_core::agent::AgentId;
-use cajaguard_harness::service::{HttpMcp, Served, add_serve};
+use cajaguard_harness::service::{HttpMcp, Served, StreamEnd, add_serve};
 use cajaguard_harness::{Options, SHOP_TOKEN, TOKEN_VAR, Transport, World, get_args};
 use serde_json::json;
 
@@ -77,21 +81,24 @@ fn measure(t: &mut Timing, dir: &Path, disk: &str, sizes: Sizes) -> Result<()> {
     let mut through = HttpMcp::connect(&served.url, AGENT_TOKEN);
     let checkout = through.create_checkout("trail-socks", 2);
     let mut direct = HttpMcp::connect(&fixture.url(), SHOP_TOKEN);
+    let mut direct_kept = HttpMcp::connect_with(&fixture.url(), SHOP_TOKEN, StreamEnd::Read);
 
-    // Interleaved in blocks so that drift on a shared machine hits both alike.
+    // Interleaved in blocks so that drift on a shared machine hits all alike.
     let blocks = 10;
     let per_block = (sizes.service_round_trip / blocks).max(1);
     let mut direct_samples = Vec::new();
+    let mut kept_samples = Vec::new();
     let mut service_samples = Vec::new();
     for _ in 0..blocks {
         direct_samples.extend(round_trip(&mut direct, &checkout, per_block)?);
         service_samples.extend(round_trip(&mut through, &checkout, per_block)?);
+        kept_samples.extend(round_trip(&mut direct_kept, &checkout, per_block)?);
     }
     let direct_summary = Summary::of(&direct_samples);
     let service_summary = Summary::of(&service_samples);
     t.floors.push(floor_row(
         "http_fixture",
-        &format!("MCP round trip, get_checkout straight to the fixture's HTTP endpoint (kept-alive connection; fixture state on {disk})"),
+        &format!("MCP round trip, get_checkout straight to the fixture's HTTP endpoint (an SDK client's way: each event stream closed once it has the answer, so a new connection per call; fixture state on {disk})"),
         direct_summary,
     ));
     t.push(
@@ -108,6 +115,12 @@ fn measure(t: &mut Timing, dir: &Path, disk: &str, sizes: Sizes) -> Result<()> {
     );
     row.p50_at_most("<= 150 µs p50", 150_000.0);
     row.note = Some("percentile differences, not a distribution".into());
+    t.push(
+        "service_direct_kept",
+        "breakdown: get_checkout straight to the fixture, each event stream read to its end so that the connection is kept (the relay's own way to the fixture)",
+        Summary::of(&kept_samples),
+        "http_fixture",
+    );
 
     // Where the service's share goes: a request refused before the store (no token: axum and
     // the HTTP exchange alone), and one answered by the service itself (tools/list: the token
@@ -146,6 +159,7 @@ fn measure(t: &mut Timing, dir: &Path, disk: &str, sizes: Sizes) -> Result<()> {
     );
     drop(through);
     drop(direct);
+    drop(direct_kept);
     drop(served);
     Ok(())
 }

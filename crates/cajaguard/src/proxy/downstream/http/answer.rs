@@ -140,7 +140,7 @@ impl HttpLink {
     /// as they arrive; the stream is read until the answer to `id`.
     fn read_events(
         &self,
-        body: impl Read,
+        body: impl Read + Send + 'static,
         id: Option<u64>,
         timeout: Duration,
     ) -> Result<Option<Reply>, ShopError> {
@@ -155,6 +155,7 @@ impl HttpLink {
                 Err(e) => return Err(body_error(&e, timeout)),
             };
             if let Some(reply) = self.handle_message(&one_line(&data), id) {
+                self.endpoint.drain.finish(Box::new(events.into_inner()));
                 return Ok(Some(reply));
             }
         }

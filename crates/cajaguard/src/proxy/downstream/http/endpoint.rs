@@ -11,6 +11,12 @@ use ureq::http::HeaderValue;
 use super::super::{ShopError, names_only};
 use super::ACCEPT;
 
+/// The largest status line and headers a shop may answer with: 32 KiB is far beyond what an MCP
+/// endpoint sends (nginx refuses a request whose header line is over 8 KiB).
+const SHOP_INPUT_BUFFER: usize = 32 * 1024;
+/// Holds the request's headers; its body passes through in pieces of this size.
+const SHOP_OUTPUT_BUFFER: usize = 16 * 1024;
+
 /// Where the shop is and how to authenticate, resolved once at start.
 pub struct Endpoint {
     pub(super) url: String,
@@ -21,6 +27,8 @@ pub struct Endpoint {
     /// `downstream.headers`: their values may be credentials too (`X-Api-Key`).
     pub(super) headers: Vec<(String, String)>,
     pub(super) agent: ureq::Agent,
+    /// Finishes event streams after their answers, so that `agent` can use their connections again.
+    pub(super) drain: super::drain::Drain,
 }
 
 impl Endpoint {
@@ -53,7 +61,14 @@ impl Endpoint {
             .max_redirects(0)
             .user_agent(format!("cajaguard/{}", env!("CARGO_PKG_VERSION")))
             .accept(ACCEPT)
-            .max_idle_age(Duration::from_secs(30));
+            .max_idle_age(Duration::from_secs(30))
+            // Buffers are allocated (and zeroed) per connection, and a shop that keeps its event
+            // stream open after the answer gets a new connection per call: ureq's 128 KiB each
+            // way cost the relay tens of microseconds per call. Bodies stream through them in
+            // pieces; only the answer's status line and headers must fit whole.
+            .input_buffer_size(SHOP_INPUT_BUFFER)
+            .max_response_header_size(SHOP_INPUT_BUFFER)
+            .output_buffer_size(SHOP_OUTPUT_BUFFER);
         // A loopback endpoint is never reached through a proxy from the environment.
         let config = if loopback { config.proxy(None) } else { config };
         let mut shown = http.url.clone();
@@ -67,6 +82,7 @@ impl Endpoint {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            drain: super::drain::Drain::default(),
             agent: ureq::Agent::with_parts(
                 config.build(),
                 ureq::unversioned::transport::DefaultConnector::default(),

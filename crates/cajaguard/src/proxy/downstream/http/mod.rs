@@ -9,10 +9,12 @@
 //! themselves are passed on as the shop wrote them, except that line breaks (which JSON allows
 //! only as whitespace) become spaces, because the agent side is newline-delimited.
 //!
-//! [`endpoint`] holds the URL and the token, [`answer`] reads what the shop answered, [`retry`]
+//! [`endpoint`] holds the URL and the token, [`answer`] reads what the shop answered, [`drain`]
+//! reads an event stream's end after its answer (so its connection is used again), [`retry`]
 //! retries a throttled read; this file holds the session and sends the messages.
 
 mod answer;
+mod drain;
 mod endpoint;
 mod retry;
 
