@@ -220,15 +220,17 @@ fn the_relay_keeps_its_connection_to_a_shop_whose_streams_end_after_the_answer()
         read_checkout(&mut mcp, &format!("gid://keep-alive/Checkout/{n}"));
         // The stream's end is read on the relay's drain thread once the answer is passed on;
         // a moment lets it finish before the next call, as the time an agent takes would.
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert!(
         shop.answered() > calls,
         "every call was answered by the shop"
     );
-    // Without the drain every stream closed its connection: one connection per call.
+    // Without the drain every stream closed its connection: one connection per call. With it,
+    // one connection serves them all; the bound leaves room for a loaded machine on which a
+    // drain now and then ends after the next call has started.
     assert!(
-        shop.accepted() <= 3,
+        shop.accepted() <= calls / 2,
         "{} connections for {} calls: the relay did not keep its connection",
         shop.accepted(),
         shop.answered()
