@@ -25,6 +25,7 @@
 pub mod bins;
 pub mod fixture_server;
 pub mod fixtures;
+pub mod http_request;
 pub mod mcp;
 pub mod pg;
 pub mod race;

@@ -315,37 +315,13 @@ fn scripted_server() -> (String, Arc<Mutex<Vec<Seen>>>) {
 
 fn serve_one(mut stream: TcpStream, seen: &Mutex<Vec<Seen>>, sessions: &Mutex<u32>) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut request_line = String::new();
-    if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+    let Some(request) = http_request::read_request(&mut reader) else {
         return;
-    }
-    let method = request_line
-        .split_whitespace()
-        .next()
-        .unwrap_or("")
-        .to_owned();
-    let mut headers = HashMap::new();
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = line.split_once(':') {
-            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_owned());
-        }
-    }
-    let length: usize = headers
-        .get("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).unwrap();
+    };
     let seen_now = Seen {
-        method,
-        headers,
-        body: String::from_utf8(body).unwrap(),
+        method: request.method().to_owned(),
+        body: String::from_utf8(request.body).unwrap(),
+        headers: request.headers,
     };
     seen.lock().unwrap().push(seen_now.clone());
     let mut reply = |status: &str, headers: &[(&str, String)], body: &str| {

@@ -10,8 +10,7 @@
 
 mod support;
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -84,38 +83,12 @@ impl KeepAliveShop {
     fn serve(&self, stream: TcpStream) {
         let mut reader = BufReader::new(stream.try_clone().unwrap());
         let mut out = stream;
-        loop {
-            let mut request_line = String::new();
-            if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-                return;
-            }
-            let mut headers = HashMap::new();
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                    return;
-                }
-                let line = line.trim_end();
-                if line.is_empty() {
-                    break;
-                }
-                if let Some((name, value)) = line.split_once(':') {
-                    headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
-                }
-            }
-            let length: usize = headers
-                .get("content-length")
-                .and_then(|l| l.parse().ok())
-                .unwrap_or(0);
-            let mut body = vec![0; length];
-            if reader.read_exact(&mut body).is_err() {
-                return;
-            }
-            if request_line.starts_with("DELETE") {
+        while let Some(request) = http_request::read_request(&mut reader) {
+            if request.method() == "DELETE" {
                 respond(&mut out, 200, "application/json", "");
                 continue;
             }
-            let message: Value = serde_json::from_slice(&body).unwrap();
+            let message: Value = serde_json::from_slice(&request.body).unwrap();
             let id = message["id"].clone();
             match message["method"].as_str().unwrap_or("") {
                 "initialize" => {

@@ -10,7 +10,7 @@
 mod support;
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -181,31 +181,13 @@ impl ScriptedShop {
 
     fn serve(&self, stream: TcpStream) {
         let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let mut headers = HashMap::new();
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+        let Some(request) = http_request::read_request(&mut reader) else {
             return;
-        }
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = line.split_once(':') {
-                headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
-            }
-        }
-        let length: usize = headers
-            .get("content-length")
-            .and_then(|l| l.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).unwrap();
-        let body = String::from_utf8(body).unwrap();
+        };
+        let headers = &request.headers;
+        let body = String::from_utf8(request.body.clone()).unwrap();
         let mut out = stream;
-        if request_line.starts_with("DELETE") {
+        if request.method() == "DELETE" {
             return respond(&mut out, 200, &[], "");
         }
         let message: Value = serde_json::from_str(&body).unwrap();
