@@ -291,3 +291,52 @@ fn an_oversized_answer_fails_only_its_own_call_and_keeps_the_shop() {
     still_serving(&mut mcp);
     assert_eq!(children_of(mcp.pid()), shop, "still the same shop process");
 }
+
+#[test]
+fn a_charge_that_differs_freezes_payments_even_when_its_settlement_cannot_be_written() {
+    // The shop charges 26.00 for a 24.00 quote; the store then refuses to write the settlement
+    // (a trigger stands in for a failing disk or database). The settlement's own freeze goes down
+    // with it, so the proxy must freeze payments by itself, and the reservation stays counted.
+    let mut charged = with_total(json!(2600));
+    charged["status"] = json!("completed");
+    let world = World::fast_test_shop(json!({ "on": {
+        "get_checkout": [{"checkout": ready_checkout(CHECKOUT)}],
+        "complete_checkout": [{ "checkout": charged }],
+    }}));
+    let mut mcp = world.proxy();
+    let db = rusqlite::Connection::open(world.home.join("cajaguard.db")).unwrap();
+    db.execute_batch(
+        "CREATE TRIGGER settlement_fails BEFORE UPDATE OF state ON ledger
+         WHEN NEW.state = 'settled' BEGIN SELECT RAISE(ABORT, 'injected: the disk is full'); END;",
+    )
+    .unwrap();
+    let answer = mcp.request(
+        "tools/call",
+        json!({"name": "complete_checkout", "arguments": Mcp::complete_arguments(CHECKOUT, &uuid())}),
+    );
+    assert_eq!(completes_sent(&world), 1, "{answer}");
+    // Not settled: the reservation (the quote's 24.00) still counts, in flight.
+    assert_eq!(usd_spend(&world), (0, 2400), "{answer}");
+    let reason: String = db
+        .query_row("SELECT reason FROM payment_freeze", [], |r| r.get(0))
+        .unwrap();
+    assert!(reason.starts_with("charged_differs on "), "{reason}");
+    let status = mcp.call("cajaguard_status", json!({}));
+    assert!(
+        status["structuredContent"]["frozen"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("charged_differs")),
+        "{status}"
+    );
+    // Frozen: the next payment is refused before the shop.
+    let next = mcp.call(
+        "complete_checkout",
+        Mcp::complete_arguments("gid://test/Checkout/2", &uuid()),
+    );
+    assert_eq!(verdict(&next).1, "frozen", "{next}");
+    assert_eq!(
+        completes_sent(&world),
+        1,
+        "nothing reached the shop while frozen"
+    );
+}
