@@ -27,6 +27,7 @@ const USAGE: &str = "usage: cargo xtask report [--quick] [--out DIR]
        cargo xtask service-throughput [--quick]
        cargo xtask pg-gate [--quick]
        cargo xtask service-latency [--quick]
+       cargo xtask throughput [--quick]
 
   report        run every scenario and timing; write cajaguard.md and cajaguard.json
   service-throughput
@@ -37,6 +38,8 @@ const USAGE: &str = "usage: cargo xtask report [--quick] [--out DIR]
   service-latency
                 only the report's service latency rows (a forwarded call through `serve`
                 beside the same call straight to the fixture), printed (writes nothing)
+  throughput    only the report's 8-process throughput run on one home, printed with the
+                machine's CPU use (writes nothing)
   --quick       small n and 10^5 (not 10^6) ledger rows; writes target/report/ by default
   --out DIR     where to write the report (full mode default: reports/, which also refreshes README.md)";
 
@@ -52,6 +55,7 @@ enum Task {
     ServiceThroughput,
     PgGate,
     ServiceLatency,
+    Throughput,
 }
 
 fn parse_args() -> Result<Args> {
@@ -61,6 +65,7 @@ fn parse_args() -> Result<Args> {
         Some("service-throughput") => Task::ServiceThroughput,
         Some("pg-gate") => Task::PgGate,
         Some("service-latency") => Task::ServiceLatency,
+        Some("throughput") => Task::Throughput,
         Some("-h" | "--help") | None => bail!("{USAGE}"),
         Some(other) => bail!("unknown task {other:?}\n{USAGE}"),
     };
@@ -96,6 +101,7 @@ fn main() -> ExitCode {
         Task::ServiceThroughput => service_throughput(&args),
         Task::PgGate => pg_gate(&args),
         Task::ServiceLatency => service_latency(&args),
+        Task::Throughput => throughput_only(&args),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,
@@ -167,6 +173,35 @@ fn service_latency(args: &Args) -> Result<bool> {
         .tempdir_in(root.join("target"))?;
     let t = timing::service_only(scratch.path(), sizes(args))?;
     Ok(print_rows(&t))
+}
+
+/// `cargo xtask throughput`: the report's 8-process throughput run alone.
+fn throughput_only(args: &Args) -> Result<bool> {
+    let root = workspace_root();
+    build_binaries(&root)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("throughput-")
+        .tempdir_in(root.join("target"))?;
+    let busy_before = throughput::cpu_busy_fraction_since(None);
+    let t = throughput::run(scratch.path(), per_process(args), &|p| eprintln!("{p}"))?;
+    let busy = throughput::cpu_busy_fraction_since(busy_before.1);
+    println!(
+        "{} processes: {:.0} decisions/s, {} allowed, {} over_window_cap, {} other, overspend {}, latency p50 {:.2} ms; machine CPU busy {:.0}%",
+        t.processes,
+        t.decisions_per_second,
+        t.allowed,
+        t.over_window_cap,
+        t.other,
+        t.overspend_minor,
+        t.latency.p50_ns / 1e6,
+        busy.0 * 100.0
+    );
+    Ok(t.met)
+}
+
+/// Payments per process in the 8-process throughput run.
+fn per_process(args: &Args) -> usize {
+    if args.quick { 25 } else { 150 }
 }
 
 fn sizes(args: &Args) -> timing::Sizes {
@@ -283,8 +318,7 @@ fn report(args: &Args) -> Result<bool> {
     let timing_seconds = phase.elapsed().as_secs_f64();
 
     let phase = Instant::now();
-    let per_process = if args.quick { 25 } else { 150 };
-    let throughput = throughput::run(scratch.path(), per_process, &progress);
+    let throughput = throughput::run(scratch.path(), per_process(&args), &progress);
     let throughput_seconds = phase.elapsed().as_secs_f64();
 
     let phase = Instant::now();
