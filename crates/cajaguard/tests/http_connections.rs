@@ -30,6 +30,8 @@ enum StreamEnd {
 struct KeepAliveShop {
     addr: String,
     accepted: Arc<AtomicUsize>,
+    /// The largest request body received.
+    largest_body: Arc<AtomicUsize>,
     stream_end: StreamEnd,
     /// Calls answered so far, and whether held streams may end.
     state: Arc<(Mutex<(usize, bool)>, Condvar)>,
@@ -41,6 +43,7 @@ impl KeepAliveShop {
         let shop = KeepAliveShop {
             addr: listener.local_addr().unwrap().to_string(),
             accepted: Arc::default(),
+            largest_body: Arc::default(),
             stream_end,
             state: Arc::default(),
         };
@@ -88,6 +91,8 @@ impl KeepAliveShop {
                 respond(&mut out, 200, "application/json", "");
                 continue;
             }
+            self.largest_body
+                .fetch_max(request.body.len(), Ordering::SeqCst);
             let message: Value = serde_json::from_slice(&request.body).unwrap();
             let id = message["id"].clone();
             match message["method"].as_str().unwrap_or("") {
@@ -228,4 +233,26 @@ fn a_shop_that_holds_its_streams_open_after_the_answer_delays_no_answer() {
     shop.release();
     // Once streams end, calls go on as before.
     read_checkout(&mut mcp, "gid://keep-alive/Checkout/after");
+}
+
+#[test]
+fn a_request_larger_than_the_relays_buffers_reaches_the_shop_whole() {
+    let shop = KeepAliveShop::start(StreamEnd::AtOnce);
+    let world = world_for(&shop);
+    let mut mcp = world.proxy();
+    // Over the relay's 16 KiB output buffer several times: the body goes out in pieces.
+    let padding = "x".repeat(100 * 1024);
+    let mut arguments = get_args("gid://keep-alive/Checkout/large");
+    arguments["note"] = json!(padding);
+    let result = mcp.call("get_checkout", arguments);
+    assert_eq!(
+        result["structuredContent"]["id"],
+        json!("gid://keep-alive/Checkout/large"),
+        "{result}"
+    );
+    assert!(
+        shop.largest_body.load(Ordering::SeqCst) > padding.len(),
+        "the shop received {} bytes",
+        shop.largest_body.load(Ordering::SeqCst)
+    );
 }

@@ -62,9 +62,8 @@ impl Endpoint {
             .user_agent(format!("cajaguard/{}", env!("CARGO_PKG_VERSION")))
             .accept(ACCEPT)
             .max_idle_age(Duration::from_secs(30))
-            // Buffers are allocated (and zeroed) per connection, and a shop that keeps its event
-            // stream open after the answer gets a new connection per call: ureq's 128 KiB each
-            // way cost the relay tens of microseconds per call. Bodies stream through them in
+            // Buffers are allocated (and zeroed) per connection: ureq's 128 KiB each way cost
+            // the relay tens of microseconds per new connection. Bodies stream through them in
             // pieces; only the answer's status line and headers must fit whole.
             .input_buffer_size(SHOP_INPUT_BUFFER)
             .max_response_header_size(SHOP_INPUT_BUFFER)
