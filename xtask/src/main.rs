@@ -318,7 +318,7 @@ fn report(args: &Args) -> Result<bool> {
     let timing_seconds = phase.elapsed().as_secs_f64();
 
     let phase = Instant::now();
-    let throughput = throughput::run(scratch.path(), per_process(&args), &progress);
+    let throughput = throughput::run(scratch.path(), per_process(args), &progress);
     let throughput_seconds = phase.elapsed().as_secs_f64();
 
     let phase = Instant::now();
