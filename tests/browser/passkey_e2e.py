@@ -210,6 +210,8 @@ def start_chromium(tmp):
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        # Its own process group, so that stop_chromium reaches every process it started.
+        start_new_session=True,
     )
     port_file = profile / "DevToolsActivePort"
     wait_for("chromium's DevTools port", port_file.exists)
@@ -218,6 +220,37 @@ def start_chromium(tmp):
         lambda: (port_file.read_text().split("\n") if port_file.stat().st_size else None),
     )
     return proc, f"ws://127.0.0.1:{lines[0]}{lines[1]}"
+
+
+def stop_chromium(proc):
+    """Ends chromium and every process it started: a renderer or utility process left behind
+    goes on writing into the profile, and removing the temporary folder then fails."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, 9)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)
+
+
+def remove_tree(path):
+    """Removes the test's folder; a process of chromium's that is still exiting may add a file
+    while it is removed, so a failed attempt is tried again for a few seconds."""
+    for attempt in itertools.count():
+        try:
+            shutil.rmtree(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if attempt >= 50:
+                print(f"warning: could not remove {path}: {e}", flush=True)
+                return
+            time.sleep(0.1)
 
 
 def add_authenticator(cdp, verified=True):
@@ -333,8 +366,8 @@ def main():
         print("SKIPPED: passkey browser test: chromium is not installed "
               "(apt-get install -y chromium)", flush=True)
         return 0
-    with tempfile.TemporaryDirectory(prefix="cajaguard-browser-") as name:
-        tmp = Path(name)
+    tmp = Path(tempfile.mkdtemp(prefix="cajaguard-browser-"))
+    try:
         for sub in ("approve", "unverified", "keyfile"):
             (tmp / sub).mkdir()
         scenario_key_file(args, tmp)
@@ -346,8 +379,9 @@ def main():
             cdp.open_page()
             scenario_unverified(args, tmp, cdp)
         finally:
-            browser.terminate()
-            browser.wait(timeout=10)
+            stop_chromium(browser)
+    finally:
+        remove_tree(tmp)
     print("browser: 3 passed, 0 failed")
     return 0
 
