@@ -118,15 +118,8 @@ fn main() -> ExitCode {
 fn service_throughput(args: &Args) -> Result<bool> {
     let root = workspace_root();
     build_binaries(&root)?;
-    let scratch = tempfile::Builder::new()
-        .prefix("service-throughput-")
-        .tempdir_in(root.join("target"))?;
-    let per_agent = if args.quick {
-        timing::Sizes::quick()
-    } else {
-        timing::Sizes::full()
-    }
-    .service_payments_per_agent;
+    let scratch = scratch(&root, "service-throughput-")?;
+    let per_agent = sizes(args).service_payments_per_agent;
     let busy_before = throughput::cpu_busy_fraction_since(None);
     let result = throughput_service::run(scratch.path(), per_agent, &|p| eprintln!("{p}"))?;
     let busy = throughput::cpu_busy_fraction_since(busy_before.1);
@@ -157,9 +150,7 @@ fn service_throughput(args: &Args) -> Result<bool> {
 /// `cargo xtask pg-gate`: the PostgreSQL gate rows alone, each beside the commit floor.
 fn pg_gate(args: &Args) -> Result<bool> {
     let root = workspace_root();
-    let scratch = tempfile::Builder::new()
-        .prefix("pg-gate-")
-        .tempdir_in(root.join("target"))?;
+    let scratch = scratch(&root, "pg-gate-")?;
     let t = timing::postgres_only(scratch.path(), sizes(args), &|p| eprintln!("{p}"))?;
     Ok(print_rows(&t))
 }
@@ -168,9 +159,7 @@ fn pg_gate(args: &Args) -> Result<bool> {
 fn service_latency(args: &Args) -> Result<bool> {
     let root = workspace_root();
     build_binaries(&root)?;
-    let scratch = tempfile::Builder::new()
-        .prefix("service-latency-")
-        .tempdir_in(root.join("target"))?;
+    let scratch = scratch(&root, "service-latency-")?;
     let t = timing::service_only(scratch.path(), sizes(args))?;
     Ok(print_rows(&t))
 }
@@ -179,9 +168,7 @@ fn service_latency(args: &Args) -> Result<bool> {
 fn throughput_only(args: &Args) -> Result<bool> {
     let root = workspace_root();
     build_binaries(&root)?;
-    let scratch = tempfile::Builder::new()
-        .prefix("throughput-")
-        .tempdir_in(root.join("target"))?;
+    let scratch = scratch(&root, "throughput-")?;
     let busy_before = throughput::cpu_busy_fraction_since(None);
     let t = throughput::run(scratch.path(), per_process(args), &|p| eprintln!("{p}"))?;
     let busy = throughput::cpu_busy_fraction_since(busy_before.1);
@@ -202,6 +189,13 @@ fn throughput_only(args: &Args) -> Result<bool> {
 /// Payments per process in the 8-process throughput run.
 fn per_process(args: &Args) -> usize {
     if args.quick { 25 } else { 150 }
+}
+
+/// A folder under `target/` for one task's homes and state, removed when dropped.
+fn scratch(root: &Path, prefix: &str) -> Result<tempfile::TempDir> {
+    Ok(tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(root.join("target"))?)
 }
 
 fn sizes(args: &Args) -> timing::Sizes {

@@ -124,6 +124,21 @@ fn gate_with(
     gate_id(store, &d(1), checkout, key, currency, total, now, outcome)
 }
 
+/// The store's error for a forward of USD `total` on `checkout` under `key`, which must fail.
+fn forward_refused(store: &Store, checkout: &str, key: &str, total: i64) -> StoreError {
+    gate_with(
+        store,
+        checkout,
+        key,
+        "USD",
+        total,
+        NOW,
+        forward("USD", total, None),
+    )
+    .err()
+    .unwrap()
+}
+
 /// USD 89.00 on `checkout` under `digest`, let through with the approval `nonce` (key `k1`): what
 /// `decide` saw.
 fn pay_approved(
@@ -528,17 +543,7 @@ fn a_settled_checkout_is_never_reserved_again(fx: &Fixture) {
     let store = &fx.store;
     reserve(store, "c1", "k1", 8900, NOW);
     settle(store, "c1", "k1", &completed(8900));
-    let err = gate_with(
-        store,
-        "c1",
-        "k2",
-        "USD",
-        8900,
-        NOW,
-        forward("USD", 8900, None),
-    )
-    .err()
-    .unwrap();
+    let err = forward_refused(store, "c1", "k2", 8900);
     assert!(matches!(err, StoreError::Inconsistent(_)), "{err}");
     assert_eq!(spend(store, NOW, "USD"), spent(8900, 0));
 }
@@ -580,17 +585,7 @@ fn settle_completed_counts_once_and_is_idempotent(fx: &Fixture) {
     );
     // Payments are frozen now (the charge differed): a claim holds nothing, so a forward under
     // one finds no claim.
-    let err = gate_with(
-        store,
-        "c1",
-        "k2",
-        "USD",
-        8900,
-        NOW,
-        forward("USD", 8900, None),
-    )
-    .err()
-    .unwrap();
+    let err = forward_refused(store, "c1", "k2", 8900);
     assert!(matches!(err, StoreError::ClaimLost), "{err}");
     assert_eq!(spend(store, NOW, "USD"), spent(9900, 0));
 }
