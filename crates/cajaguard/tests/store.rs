@@ -1365,6 +1365,68 @@ fn postgres_connection_loss_fails_closed_then_resumes() {
     assert_eq!(spend(&store, NOW, "USD").in_flight, 300);
 }
 
+/// A lone gate locks the buckets it writes only by writing them (docs/ARCHITECTURE.md, "Lock
+/// order"), so a settlement in the same hour is not held behind a gate that is still deciding:
+/// it commits at once, and the gate's relative writes land on top of it, as if the settlement
+/// had come after the gate. (With the buckets locked up front the settlement waited out the
+/// decision, here for the lock timeout, and failed.)
+#[test]
+fn postgres_a_settlement_goes_through_while_a_gate_decides() {
+    let Some(schema) =
+        pg_support::schema_or_notice("postgres_a_settlement_goes_through_while_a_gate_decides")
+    else {
+        return;
+    };
+    let (_tmp, home) = home();
+    let store = Store::open_with(&home, &fixtures::postgres_config(&schema.url)).unwrap();
+    reserve(&store, "c1", "k1", 1000, NOW);
+    let mut settled_meanwhile = None;
+    let mut seen = None;
+    let claim = store.claim("c2", "k2", NOW, DAY).unwrap().unwrap();
+    store
+        .gate(
+            &claim,
+            &request("c2", "k2"),
+            &quote("c2", "USD", 500),
+            &d(2),
+            None,
+            DAY,
+            NOW,
+            false,
+            &mut |view, _, _| {
+                seen = Some(view.clone());
+                // Charged more than reserved: the settlement raises the window's sum.
+                settled_meanwhile = Some(std::thread::scope(|scope| {
+                    scope
+                        .spawn(|| {
+                            store.settle(
+                                "c1",
+                                "k1",
+                                &completed(1200),
+                                ReleasedBy::Shop,
+                                NOW,
+                                &record(NOW),
+                            )
+                        })
+                        .join()
+                        .unwrap()
+                }));
+                forward("USD", 500, None)
+            },
+            &record(NOW),
+        )
+        .unwrap();
+    settled_meanwhile
+        .unwrap()
+        .expect("the settlement is not held behind the deciding gate");
+    let seen = seen.unwrap();
+    assert_eq!(
+        seen.window_spent, 1000,
+        "the gate decided on what was there before the settlement"
+    );
+    assert_eq!(spend(&store, NOW, "USD"), spent(1200, 500));
+}
+
 #[test]
 fn postgres_url_env_and_errors_never_show_the_password() {
     let (_tmp, home) = home();

@@ -311,12 +311,12 @@ fn a_checkouts_ledger_row_is_found_by_its_key_whatever_the_statistics() {
     let checkout = "'gid://seed/7'";
     let plans = [
         (
-            "GATE_LOCKS",
+            "GATE_LOCKS_BATCH",
             generic_plan(
                 &schema,
-                super::statements::GATE_LOCKS,
-                "TEXT, TEXT, BIGINT, TEXT",
-                &format!("'USD', 'USD/agent', 1, {checkout}"),
+                super::statements::GATE_LOCKS_BATCH,
+                "TEXT, TEXT[], BIGINT[], TEXT[]",
+                &format!("'USD', ARRAY['USD/agent'], ARRAY[1::BIGINT], ARRAY[{checkout}]"),
             ),
         ),
         (
