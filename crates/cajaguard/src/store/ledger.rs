@@ -68,16 +68,24 @@ pub(super) fn count_bumps(reads: &mut GateReads, keys: &GateKeys<'_>, bumps: &[B
     }
 }
 
-/// Adds the deltas to the currency's bucket and, for an agent's row, to the agent's as well;
-/// returns what it added to the window sums.
-fn bump_accounts(
-    tx: &mut dyn Tx,
+/// What one transaction adds to one bucket: `settled` and `in_flight` minor units to `account`'s
+/// bucket of `hour`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Change {
+    account: String,
+    hour: i64,
+    settled: i64,
+    in_flight: i64,
+}
+
+/// The changes to the currency's account and, for an agent's row, to the agent's as well.
+fn account_changes(
     currency: &str,
     agent: Option<&str>,
     hour: i64,
     settled: i64,
     in_flight: i64,
-) -> Result<Vec<Bump>, StoreError> {
+) -> Result<Vec<Change>, StoreError> {
     // A shop's charged currency reaches here too: one holding `/` would write into an agent's
     // account. Refused: the settlement fails and the reservation stays counted (fail closed).
     if currency.contains('/') {
@@ -86,23 +94,60 @@ fn bump_accounts(
             cajaguard_core::display::name(currency)
         )));
     }
-    let delta = settled.saturating_add(in_flight);
-    tx.bump(currency, hour, settled, in_flight)?;
-    let mut bumps = vec![Bump {
-        account: currency.to_owned(),
+    let change = |account: String| Change {
+        account,
         hour,
-        delta,
-    }];
+        settled,
+        in_flight,
+    };
+    let mut changes = vec![change(currency.to_owned())];
     if let Some(agent) = agent {
-        let account = agent_account(currency, agent);
-        tx.bump(&account, hour, settled, in_flight)?;
+        changes.push(change(agent_account(currency, agent)));
+    }
+    Ok(changes)
+}
+
+/// Writes `changes` to the buckets as [`in_lock_order`] gives them; returns what the writes did
+/// to the window sums.
+fn write_changes(tx: &mut dyn Tx, changes: Vec<Change>) -> Result<Vec<Bump>, StoreError> {
+    let writes = in_lock_order(changes);
+    let mut bumps = Vec::with_capacity(writes.len());
+    for change in writes {
+        tx.bump(
+            &change.account,
+            change.hour,
+            change.settled,
+            change.in_flight,
+        )?;
         bumps.push(Bump {
-            account,
-            hour,
-            delta,
+            delta: change.settled.saturating_add(change.in_flight),
+            account: change.account,
+            hour: change.hour,
         });
     }
     Ok(bumps)
+}
+
+/// One write per bucket, in (account, hour) order by bytes: the order in which every
+/// transaction writes buckets and a turn of gates locks them (`GATE_LOCKS_BATCH`, `COLLATE
+/// "C"`), so no two bucket writers wait for each other in a cycle, whatever currencies and hours
+/// they touch (a checkout re-reserved in another currency, a charge in another currency, an
+/// earlier attempt reserved in a later hour by a clock set back). Changes to one bucket are added
+/// up; a bucket whose sum is nothing is left alone.
+fn in_lock_order(mut changes: Vec<Change>) -> Vec<Change> {
+    changes.sort_by(|a, b| (a.account.as_str(), a.hour).cmp(&(b.account.as_str(), b.hour)));
+    let mut merged: Vec<Change> = Vec::with_capacity(changes.len());
+    for change in changes {
+        match merged.last_mut() {
+            Some(last) if last.account == change.account && last.hour == change.hour => {
+                last.settled = last.settled.saturating_add(change.settled);
+                last.in_flight = last.in_flight.saturating_add(change.in_flight);
+            }
+            _ => merged.push(change),
+        }
+    }
+    merged.retain(|change| change.settled != 0 || change.in_flight != 0);
+    merged
 }
 
 pub(super) fn hour_of(at: OffsetDateTime) -> i64 {
@@ -181,7 +226,8 @@ pub(super) fn reserve(
         )));
     }
     let mut r = *r;
-    let mut bumps = Vec::new();
+    let hour = hour_of(now);
+    let mut changes = account_changes(r.currency, r.agent, hour, 0, r.total)?;
     if let Some(old) = old {
         r.revisit = old.revisit;
         match old.state {
@@ -191,23 +237,19 @@ pub(super) fn reserve(
                     r.checkout_id
                 )));
             }
-            State::InFlight => {
-                bumps = bump_accounts(
-                    tx,
-                    &old.currency,
-                    old.agent.as_deref(),
-                    old.hour,
-                    0,
-                    -old.reserved,
-                )?
-            }
+            // The earlier attempt's reservation is released in the same writes.
+            State::InFlight => changes.extend(account_changes(
+                &old.currency,
+                old.agent.as_deref(),
+                old.hour,
+                0,
+                -old.reserved,
+            )?),
             State::Released => {}
         }
     }
-    let hour = hour_of(now);
     tx.put_reservation(&r, hour, micros(now))?;
-    bumps.extend(bump_accounts(tx, r.currency, r.agent, hour, 0, r.total)?);
-    Ok(bumps)
+    write_changes(tx, changes)
 }
 
 /// A retry is forwarded without a new reservation, so the one it rides on must be there. Its
@@ -295,19 +337,19 @@ pub(super) fn settle(
             } else {
                 0
             };
-            match charge.currency.as_deref() {
-                Some(charged_in) if charged_in != row.currency => {
-                    // Charged in another currency: the reservation leaves its currency's window and
-                    // the charge counts in the charged one, in the same hour.
-                    bump_accounts(tx, &row.currency, agent, row.hour, 0, in_flight)?;
-                    bump_accounts(tx, charged_in, agent, row.hour, charge.amount, 0)?;
-                    tx.mark_settled(checkout_id, charge.amount, charged_in, micros(now))?;
-                }
-                _ => {
-                    bump_accounts(tx, &row.currency, agent, row.hour, charge.amount, in_flight)?;
-                    tx.mark_settled(checkout_id, charge.amount, &row.currency, micros(now))?;
-                }
-            }
+            // Charged in another currency: the reservation leaves its currency's window and the
+            // charge counts in the charged one, in the same hour.
+            let charged_in = charge.currency.as_deref().unwrap_or(&row.currency);
+            let mut changes = account_changes(&row.currency, agent, row.hour, 0, in_flight)?;
+            changes.extend(account_changes(
+                charged_in,
+                agent,
+                row.hour,
+                charge.amount,
+                0,
+            )?);
+            write_changes(tx, changes)?;
+            tx.mark_settled(checkout_id, charge.amount, charged_in, micros(now))?;
         }
         (Settlement::Completed(charge), State::Settled) => {
             if Some(charge.amount) != row.charged {
@@ -318,7 +360,10 @@ pub(super) fn settle(
             }
         }
         (Settlement::Released, State::InFlight) => {
-            bump_accounts(tx, &row.currency, agent, row.hour, 0, -row.reserved)?;
+            write_changes(
+                tx,
+                account_changes(&row.currency, agent, row.hour, 0, -row.reserved)?,
+            )?;
             tx.mark_released(checkout_id, micros(now), released_by)?;
         }
         (Settlement::Released, State::Settled) => {
@@ -356,5 +401,76 @@ mod tests {
     fn window_start_saturates() {
         let now = datetime!(2026-03-02 10:30 UTC);
         assert!(window_start_hour(Duration::MAX, now) < 0);
+    }
+
+    /// (account, hour, settled, in_flight) of each bucket write, in the order made.
+    fn writes(changes: Vec<Change>) -> Vec<(String, i64, i64, i64)> {
+        in_lock_order(changes)
+            .into_iter()
+            .map(|c| (c.account, c.hour, c.settled, c.in_flight))
+            .collect()
+    }
+
+    fn changes(parts: &[(&str, Option<&str>, i64, i64, i64)]) -> Vec<Change> {
+        parts
+            .iter()
+            .flat_map(|&(currency, agent, hour, settled, in_flight)| {
+                account_changes(currency, agent, hour, settled, in_flight).unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn two_gates_crossing_currencies_write_their_buckets_in_one_order() {
+        // A gate holding EUR's lock re-reserves a checkout reserved in USD, and one holding
+        // USD's re-reserves one reserved in EUR. Written as made (the release first), each
+        // would hold the other's first bucket while waiting for its own second: a deadlock.
+        let eur_gate = changes(&[
+            ("EUR", Some("a"), 10, 0, 900),
+            ("USD", Some("a"), 10, 0, -1000),
+        ]);
+        let usd_gate = changes(&[
+            ("USD", Some("b"), 10, 0, 1000),
+            ("EUR", Some("b"), 10, 0, -900),
+        ]);
+        let order = |w: Vec<(String, i64, i64, i64)>| -> Vec<String> {
+            w.into_iter().map(|(account, ..)| account).collect()
+        };
+        assert_eq!(order(writes(eur_gate)), ["EUR", "EUR/a", "USD", "USD/a"]);
+        assert_eq!(order(writes(usd_gate)), ["EUR", "EUR/b", "USD", "USD/b"]);
+    }
+
+    #[test]
+    fn an_earlier_attempt_in_a_later_hour_is_still_written_in_hour_order() {
+        // The clock went back across an hour: the release is of hour 11, the reservation in 10.
+        let gate = changes(&[("USD", None, 10, 0, 500), ("USD", None, 11, 0, -500)]);
+        assert_eq!(
+            writes(gate),
+            [("USD".into(), 10, 0, 500), ("USD".into(), 11, 0, -500)]
+        );
+    }
+
+    #[test]
+    fn one_buckets_changes_are_one_write_and_none_when_they_cancel() {
+        // A settlement of a reservation of 1000 charged 1200, in the same currency.
+        let settled = changes(&[
+            ("USD", Some("a"), 10, 0, -1000),
+            ("USD", Some("a"), 10, 1200, 0),
+        ]);
+        assert_eq!(
+            writes(settled),
+            [
+                ("USD".into(), 10, 1200, -1000),
+                ("USD/a".into(), 10, 1200, -1000)
+            ]
+        );
+        // A new attempt at the same total in the same hour changes no sum: nothing is written.
+        let again = changes(&[("USD", None, 10, 0, 700), ("USD", None, 10, 0, -700)]);
+        assert_eq!(writes(again), []);
+    }
+
+    #[test]
+    fn a_currency_with_a_slash_is_refused() {
+        assert!(account_changes("USD/x", None, 10, 1, 0).is_err());
     }
 }

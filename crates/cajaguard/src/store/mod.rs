@@ -7,7 +7,7 @@
 //! - PostgreSQL shared by every host, with the signed approvals in the database too ([`postgres`]).
 //!
 //! Every gate decision happens inside one transaction: lock the currency (SQLite's `BEGIN
-//! IMMEDIATE` locks everything; PostgreSQL locks the currency's row), read the ledger view, call the
+//! IMMEDIATE` locks everything; PostgreSQL takes the currency's advisory lock), read the ledger view, call the
 //! pure `decide`, apply its effect (reserve, mark the approval used, record the pending request),
 //! write the audit record, commit. No `.await`, no call to the shop inside it. Processes sharing the
 //! store, on one host or many, therefore can never together pass a cap or use one approval twice.
@@ -127,7 +127,7 @@ pub struct Lease {
 
 /// The store named by the config. `Send + Sync`: share it behind an `Arc`; calls serialize on one
 /// connection (each is a short transaction), and separate processes serialize on the database's
-/// locks (SQLite's write lock, PostgreSQL's per-currency row lock).
+/// locks (SQLite's write lock, PostgreSQL's per-currency advisory lock).
 pub struct Store {
     home: PathBuf,
     backend: Backend,

@@ -22,8 +22,8 @@ use crate::store::{StoreError, approvals, micros};
 /// hanging on a database that went away. A `connect_timeout` in the URL wins.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// How long a statement waits for another transaction's row lock (a gate in the same currency on
-/// another host) before the call is refused; the twin of SQLite's busy timeout. A call waiting
+/// How long a statement waits for another transaction's lock (a gate in the same currency on
+/// another host, a row another transaction writes) before the call is refused; the twin of SQLite's busy timeout. A call waiting
 /// for a free connection of the pool waits as long.
 const LOCK_TIMEOUT_MS: u32 = 5_000;
 /// Any one statement; far above what a gate needs, well below an agent's patience.

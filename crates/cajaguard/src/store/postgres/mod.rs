@@ -12,9 +12,11 @@
 //! SERIALIZABLE the same race would instead abort one side at commit (40001) after `decide` ran,
 //! and under contention — the split-purchase race is all contention — most of the work would be
 //! retried; a lock queue decides each call once. Settlements lock only the checkout's row and
-//! change buckets by relative updates, so they never wait for a currency. Deadlocks (40P01) are not
-//! expected with this lock order, but a transaction that hits one, or a serialization failure, is
-//! retried up to [`ATTEMPTS`] times as a whole (`decide` is pure, so running it again is safe).
+//! change buckets by relative updates, so they never wait for a currency. Every transaction takes
+//! its locks in one order (docs/ARCHITECTURE.md, "Lock order"; buckets in (account, hour) order,
+//! `ledger::in_lock_order`), so deadlocks (40P01) are left only to rare rows outside it (a
+//! passkey's counter); a transaction that hits one, or a serialization failure, is retried up to
+//! [`ATTEMPTS`] times as a whole (`decide` is pure, so running it again is safe).
 //!
 //! **Connection loss fails closed.** Each store keeps a pool of up to 8 connections
 //! (`connection::POOL_SIZE`), each opened with a bounded

@@ -404,9 +404,10 @@ impl Tx for PgTx<'_> {
     fn gate_reads(&mut self, keys: &GateKeys<'_>) -> Result<GateReads, StoreError> {
         // Sent in the same round trip as the locks queued before it (see transaction.rs): the
         // reads start, and take their snapshot, once those are held. The rows a lone gate writes
-        // are locked by its writes, which `ledger::reserve` and the append already make in lock
-        // order (docs/ARCHITECTURE.md, "Lock order"): locking them here first cost a statement
-        // and a row-lock WAL record per bucket, 0.15-0.2 ms of the gate's 0.9 ms.
+        // are locked by its writes, which are made in lock order (`ledger::in_lock_order` for the
+        // buckets, the log's head last; docs/ARCHITECTURE.md, "Lock order"): locking them here
+        // first cost a statement and a row-lock WAL record per bucket, 0.15-0.2 ms of the gate's
+        // 0.9 ms.
         let agent_account = keys.agent_account.unwrap_or("");
         let request_id = keys.request_id.as_str();
         let row = self.query(
@@ -542,10 +543,11 @@ const GATE_READS: &str = "SELECT
  LEFT JOIN claims AS c ON c.checkout_id = $4";
 
 /// The buckets a turn of gates in one currency (`$1`) may change, locked in (account, hour) order
-/// (the currency's account sorts before its agents' `CUR/agent`): this hour's buckets of the
-/// currency and of each gate's agent account (`$2`, `''` for none, with the gate's hour in `$3`),
-/// and those of each checkout's (`$4`) reservation in flight, which a new reservation releases. A
-/// bucket not there yet is made by a gate, under the currency's lock. Each is found through the
+/// by bytes, the order every bucket writer writes them in (`ledger::in_lock_order`): this hour's
+/// buckets of the currency and of each gate's agent account (`$2`, `''` for none, with the gate's
+/// hour in `$3`), and those of each checkout's (`$4`) reservation in flight, which a new
+/// reservation releases. A bucket not there yet is not locked: its first writer makes it, and
+/// two writers making it at once meet in the upsert's conflict. Each is found through the
 /// primary key (an `OR` across them scanned every bucket, with the ledger probed for each), and so
 /// are the checkouts' ledger rows (see [`IN_FLIGHT_OF`]).
 pub(super) const GATE_LOCKS_BATCH: &str = "WITH l AS MATERIALIZED (SELECT currency, hour, agent, state FROM ledger WHERE checkout_id = ANY($4::TEXT[]))
@@ -555,7 +557,7 @@ pub(super) const GATE_LOCKS_BATCH: &str = "WITH l AS MATERIALIZED (SELECT curren
        UNION ALL SELECT currency, hour FROM l WHERE state = 'in_flight'
        UNION ALL SELECT currency || '/' || agent, hour FROM l WHERE state = 'in_flight' AND agent IS NOT NULL) AS k
    ON b.currency = k.account AND b.hour = k.hour
- ORDER BY b.currency, b.hour
+ ORDER BY b.currency COLLATE \"C\", b.hour
  FOR UPDATE OF b";
 
 /// The checkout's reservation in flight. Its ledger row is read by the key alone, in a
@@ -568,8 +570,9 @@ pub(super) const IN_FLIGHT_OF: &str = "WITH l AS MATERIALIZED (SELECT checkout_i
  SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM l WHERE state = 'in_flight'";
 
 /// The request's pending row, which a refusal may rewrite: a turn of gates locks each before its
-/// writes (a lone gate's refusal takes it as it writes it, after its buckets and before the log's
-/// head, as `approve` takes it).
+/// writes, since a turn writes one gate's pending row before the next gate's buckets (a lone
+/// gate's refusal takes it as it writes it, after its buckets and before the log's head). Only
+/// gates write pending rows, each under its checkout's lock.
 const PENDING_LOCK: &str = "SELECT 1 FROM pending WHERE request_id = $1 FOR UPDATE";
 
 const LEDGER_ROW: &str =
