@@ -1351,18 +1351,15 @@ fn postgres_refuses_a_newer_schema() {
 /// call connects again and is served.
 #[test]
 fn postgres_connection_loss_fails_closed_then_resumes() {
-    let Some(schema) =
-        pg_support::schema_or_notice("postgres_connection_loss_fails_closed_then_resumes")
-    else {
+    let Some(fx) = Fixture::open(Kind::Postgres) else {
         return;
     };
-    let (_tmp, home) = home();
-    let store = Store::open_with(&home, &fixtures::postgres_config(&schema.url)).unwrap();
-    reserve(&store, "c1", "k1", 100, NOW);
+    let (store, schema) = (&fx.store, fx.schema.as_ref().unwrap());
+    reserve(store, "c1", "k1", 100, NOW);
     assert!(schema.terminate_connections() >= 1);
     // The idle connection died: found at BEGIN, reconnected, served.
-    reserve(&store, "c2", "k2", 200, NOW);
-    assert_eq!(spend(&store, NOW, "USD").in_flight, 300);
+    reserve(store, "c2", "k2", 200, NOW);
+    assert_eq!(spend(store, NOW, "USD").in_flight, 300);
 }
 
 /// A lone gate locks the buckets it writes only by writing them (docs/ARCHITECTURE.md, "Lock
@@ -1372,14 +1369,11 @@ fn postgres_connection_loss_fails_closed_then_resumes() {
 /// decision, here for the lock timeout, and failed.)
 #[test]
 fn postgres_a_settlement_goes_through_while_a_gate_decides() {
-    let Some(schema) =
-        pg_support::schema_or_notice("postgres_a_settlement_goes_through_while_a_gate_decides")
-    else {
+    let Some(fx) = Fixture::open(Kind::Postgres) else {
         return;
     };
-    let (_tmp, home) = home();
-    let store = Store::open_with(&home, &fixtures::postgres_config(&schema.url)).unwrap();
-    reserve(&store, "c1", "k1", 1000, NOW);
+    let store = &fx.store;
+    reserve(store, "c1", "k1", 1000, NOW);
     let mut settled_meanwhile = None;
     let mut seen = None;
     let claim = store.claim("c2", "k2", NOW, DAY).unwrap().unwrap();
@@ -1395,22 +1389,16 @@ fn postgres_a_settlement_goes_through_while_a_gate_decides() {
             false,
             &mut |view, _, _| {
                 seen = Some(view.clone());
+                // On another of the store's connections, while this one's transaction is open.
                 // Charged more than reserved: the settlement raises the window's sum.
-                settled_meanwhile = Some(std::thread::scope(|scope| {
-                    scope
-                        .spawn(|| {
-                            store.settle(
-                                "c1",
-                                "k1",
-                                &completed(1200),
-                                ReleasedBy::Shop,
-                                NOW,
-                                &record(NOW),
-                            )
-                        })
-                        .join()
-                        .unwrap()
-                }));
+                settled_meanwhile = Some(store.settle(
+                    "c1",
+                    "k1",
+                    &completed(1200),
+                    ReleasedBy::Shop,
+                    NOW,
+                    &record(NOW),
+                ));
                 forward("USD", 500, None)
             },
             &record(NOW),
@@ -1424,7 +1412,7 @@ fn postgres_a_settlement_goes_through_while_a_gate_decides() {
         seen.window_spent, 1000,
         "the gate decided on what was there before the settlement"
     );
-    assert_eq!(spend(&store, NOW, "USD"), spent(1200, 500));
+    assert_eq!(spend(store, NOW, "USD"), spent(1200, 500));
 }
 
 #[test]
