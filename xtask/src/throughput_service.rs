@@ -155,6 +155,11 @@ fn token(agent: usize) -> String {
     format!("cg_agent_report_throughput_{agent:02}_0123456789abcdef")
 }
 
+/// The checkout `agent` pays `i`-th in a run on `processes` services.
+fn paid_checkout(processes: usize, agent: usize, i: usize) -> String {
+    format!("gid://fixture/Checkout/sv{processes}-{agent}-{i}")
+}
+
 fn agent_id(agent: usize) -> Result<AgentId> {
     AgentId::parse(&format!("agent-{agent:02}")).map_err(|e| anyhow!("{e}"))
 }
@@ -207,6 +212,14 @@ fn load(
             now,
             &AuditRecord::new(now, "agent add"),
         )?;
+        // The test shop makes no checkouts: each agent's are recorded as its own here, as its
+        // create_checkout through the service would have (`proxy/agents.rs`).
+        for i in 0..per_agent {
+            let checkout = paid_checkout(processes, agent, i);
+            if !store.bind_checkout(&checkout, &agent_id(agent)?, now)? {
+                bail!("{checkout} is already another agent's");
+            }
+        }
     }
     let services: Vec<Served> = hosts
         .iter()
@@ -227,7 +240,7 @@ fn load(
                 barrier.wait();
                 (0..per_agent)
                     .map(|i| {
-                        let checkout = format!("gid://fixture/Checkout/sv{processes}-{agent}-{i}");
+                        let checkout = paid_checkout(processes, agent, i);
                         let started = Instant::now();
                         let (v, r, _) = verdict(&mcp.pay(&checkout));
                         (format!("{v}/{r}"), started.elapsed())

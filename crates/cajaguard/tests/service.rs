@@ -221,6 +221,87 @@ fn each_agent_spends_under_its_own_caps_and_identity() {
     );
 }
 
+/// The agents share the service's one shop link, so the shop cannot tell them apart: an agent
+/// that learned another's checkout id could otherwise move its shipping address or swap its
+/// basket just before the other pays it (under the other's caps), cancel it, or read it.
+#[test]
+fn an_agent_reaches_only_the_checkouts_it_made_through_the_service() {
+    let (world, served) = two_agents();
+    let mut alice = HttpMcp::connect(&served.url, ALICE);
+    let mut bob = HttpMcp::connect(&served.url, BOB);
+    let bobs = bob.create_checkout("trail-socks", 2);
+    let at_shop = |world: &World| {
+        world
+            .shop_calls()
+            .iter()
+            .filter(|(_, args)| args["id"] == bobs.as_str())
+            .count()
+    };
+    let before = at_shop(&world);
+    let never_made_here = "gid://fixture/Checkout/never-made-through-the-service";
+    let attempts = [
+        ("get_checkout", cajaguard_harness::get_args(&bobs)),
+        (
+            "update_checkout",
+            cajaguard_harness::update_args(&bobs, "day-pack", 1),
+        ),
+        ("cancel_checkout", cajaguard_harness::get_args(&bobs)),
+        (
+            "complete_checkout",
+            cajaguard_harness::complete_args(
+                &bobs,
+                cajaguard_harness::test_instrument(),
+                &cajaguard_harness::uuid(),
+                json!({}),
+            ),
+        ),
+        ("get_checkout", cajaguard_harness::get_args(never_made_here)),
+        ("get_checkout", json!({ "meta": cajaguard_harness::meta() })),
+    ];
+    for (tool, arguments) in attempts {
+        let answer = alice.call(tool, arguments.clone());
+        assert_eq!(
+            answer["isError"],
+            json!(true),
+            "{tool} {arguments}: {answer}"
+        );
+        let (v, reason, _) = verdict(&answer);
+        assert_eq!(
+            (v.as_str(), reason.as_str()),
+            ("denied", "bad_request"),
+            "{tool}: {answer}"
+        );
+        // Whose checkout it is, or whether it exists, is not told.
+        let detail = answer["structuredContent"]["cajaguard"]["detail"].to_string();
+        assert!(
+            !detail.contains("bob") && !detail.contains(&bobs),
+            "{detail}"
+        );
+    }
+    assert_eq!(
+        at_shop(&world),
+        before,
+        "alice's calls on bob's checkout reached the shop"
+    );
+
+    // Bob's checkout is as he left it, and his.
+    let read = bob.call("get_checkout", cajaguard_harness::get_args(&bobs));
+    assert_eq!(read["isError"], json!(false), "{read}");
+    assert_eq!(
+        read["structuredContent"]["line_items"][0]["quantity"],
+        json!(2),
+        "{read}"
+    );
+    assert_eq!(verdict(&bob.pay(&bobs)).0, "allow");
+    assert_eq!(world.completes_reaching_shop(&bobs), 1);
+    // Alice's own checkouts are hers as before.
+    let hers = alice.create_checkout("trail-socks", 1);
+    assert_eq!(verdict(&alice.pay(&hers)).0, "allow");
+    // Bob cannot reach hers either.
+    let (_, reason, _) = verdict(&bob.call("get_checkout", cajaguard_harness::get_args(&hers)));
+    assert_eq!(reason, "bad_request");
+}
+
 /// Regression (found by the Python SDK's streamable HTTP client in tests/clients): the refusals
 /// before the message (403, 401, 404, 405) were `text/plain`, and the SDK shows any non-JSON
 /// error body as "Server returned an error response", so the agent's operator never learned
@@ -591,8 +672,11 @@ fn a_response_from_the_client_is_taken_without_waiting() {
     assert_eq!(long.status, 400, "{long:?}");
 }
 
+const HELD_AT_THE_SHOP: &str = "gid://fixture/Checkout/held-at-the-shop";
+const IN_FLIGHT_AT_SHUTDOWN: &str = "gid://fixture/Checkout/in-flight-at-shutdown";
+
 /// A service whose shop answers the read-back at once and takes `delay_ms` to complete; bob and
-/// alice have tokens.
+/// alice have tokens, and bob the two checkouts above.
 fn slow_shop_service(delay_ms: u64) -> (World, Served) {
     let ready = cajaguard_harness::shop_checkout("Trail socks", 1200, 2, "ready_for_complete");
     let mut slow = cajaguard_harness::completed(&ready);
@@ -606,6 +690,12 @@ fn slow_shop_service(delay_ms: u64) -> (World, Served) {
         store
             .add_agent(&agent, token, now, &AuditRecord::new(now, "agent add"))
             .unwrap();
+    }
+    // The test shop makes no checkouts: bob's are recorded as his, as his create_checkout
+    // through the service would have.
+    let bob = AgentId::parse("bob").unwrap();
+    for checkout in [HELD_AT_THE_SHOP, IN_FLIGHT_AT_SHUTDOWN] {
+        assert!(store.bind_checkout(checkout, &bob, now).unwrap());
     }
     drop(store);
     let served = Served::start(&world.config, &url, &[]);
@@ -633,7 +723,7 @@ fn a_payment_held_at_a_slow_shop_holds_up_no_other_request() {
     // Each message runs on the thread that read it; the runtime's reading must go on elsewhere.
     let (world, served) = slow_shop_service(3000);
     let mut bob = HttpMcp::connect(&served.url, BOB);
-    let paying = std::thread::spawn(move || bob.pay("gid://fixture/Checkout/held-at-the-shop"));
+    let paying = std::thread::spawn(move || bob.pay(HELD_AT_THE_SHOP));
     wait_until_at_shop(&world);
     let mut alice = HttpMcp::connect(&served.url, ALICE);
     let status = alice.call("cajaguard_status", json!({}));
@@ -658,8 +748,7 @@ fn a_terminated_service_finishes_the_payment_in_flight_before_it_exits() {
     // The shop takes 1.5 s to complete: SIGTERM arrives while the payment is at the shop.
     let (world, served) = slow_shop_service(1500);
     let mut mcp = HttpMcp::connect(&served.url, BOB);
-    let paying =
-        std::thread::spawn(move || mcp.pay("gid://fixture/Checkout/in-flight-at-shutdown"));
+    let paying = std::thread::spawn(move || mcp.pay(IN_FLIGHT_AT_SHUTDOWN));
     wait_until_at_shop(&world);
     let status = served.terminate();
     let answer = paying.join().unwrap();

@@ -355,6 +355,16 @@ fn a_message_given_its_own_thread_has_its_tool_call_answered_on_it() {
     let world = World::new();
     let policy = Arc::new(policy(&world));
     let store = Store::for_policy(&policy).unwrap();
+    // Forwarded, not refused as another's: the checkout is the session's agent's.
+    assert!(
+        store
+            .bind_checkout(
+                "gid://fixture/Checkout/none",
+                &agent("ci-bot"),
+                OffsetDateTime::now_utc()
+            )
+            .unwrap()
+    );
     let clock: Clock = Arc::new(OffsetDateTime::now_utc);
     let proxy = Proxy::start(
         policy.clone(),

@@ -1311,7 +1311,7 @@ fn postgres_concurrent_starters_migrate_once() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8]);
     for (n, store) in stores.iter().enumerate() {
         gate_with(
             store,
@@ -2305,6 +2305,44 @@ fn agent_tokens_are_added_listed_resolved_and_removed(fx: &Fixture) {
     assert_eq!(fx.reopen().agent_by_token(t2).unwrap(), Some(b));
 }
 
+/// A checkout made through the service is its maker's for good: recording it again for the same
+/// agent changes nothing, for another agent is refused, and every store on the same data agrees.
+fn a_checkout_is_the_agents_that_made_it_and_no_one_elses(fx: &Fixture) {
+    let store = &fx.store;
+    let (a, b) = (agent("ci-bot"), agent("shopper"));
+    let checkout = "gid://fixture/Checkout/made-by-ci-bot";
+    assert_eq!(store.checkout_agent(checkout).unwrap(), None);
+    assert!(store.bind_checkout(checkout, &a, NOW).unwrap());
+    assert!(
+        store.bind_checkout(checkout, &a, NOW).unwrap(),
+        "the same agent again"
+    );
+    assert!(
+        !store.bind_checkout(checkout, &b, NOW).unwrap(),
+        "another agent"
+    );
+    assert_eq!(store.checkout_agent(checkout).unwrap(), Some(a.clone()));
+    assert_eq!(
+        fx.reopen().checkout_agent(checkout).unwrap(),
+        Some(a.clone())
+    );
+    // Two stores recording one fresh checkout for two agents at once: one wins, both agree.
+    let raced = "gid://fixture/Checkout/raced";
+    let other = fx.reopen();
+    let (first, second) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| store.bind_checkout(raced, &a, NOW).unwrap());
+        let second = scope.spawn(|| other.bind_checkout(raced, &b, NOW).unwrap());
+        (first.join().unwrap(), second.join().unwrap())
+    });
+    assert!(
+        first != second,
+        "exactly one agent holds it: {first} {second}"
+    );
+    let holder = if first { a } else { b };
+    assert_eq!(store.checkout_agent(raced).unwrap(), Some(holder.clone()));
+    assert_eq!(other.checkout_agent(raced).unwrap(), Some(holder));
+}
+
 /// Runs `test` on a fresh store of `kind` (PostgreSQL: skipped with a notice without a server).
 fn run(kind: Kind, test: fn(&Fixture)) {
     if let Some(fx) = Fixture::open(kind) {
@@ -2355,6 +2393,7 @@ both!(
     a_pending_request_keeps_its_agent,
     the_audit_log_keeps_the_agent_and_verifies,
     agent_tokens_are_added_listed_resolved_and_removed,
+    a_checkout_is_the_agents_that_made_it_and_no_one_elses,
     gates_queued_behind_a_turn_are_decided_together_each_seeing_those_before,
     a_failing_gate_in_a_turn_fails_alone,
     #[ignore = "slow (seeds a million rows); run with --ignored"]

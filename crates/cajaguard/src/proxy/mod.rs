@@ -7,12 +7,14 @@
 //!
 //! This file reads the agent's lines and routes each; `calls.rs` runs tool calls in flight,
 //! `complete.rs` gates `complete_checkout`, `update.rs` forwards checkout changes under a lease,
-//! `own_tools.rs` serves CajaGuard's tools, `reconcile.rs` settles payments left in flight,
+//! `own_tools.rs` serves CajaGuard's tools, `agents.rs` keeps each service agent to its own
+//! checkouts, `reconcile.rs` settles payments left in flight,
 //! `answer.rs` shapes answers, and `downstream/` is the shop. The wire formats are the
 //! `cajaguard-wire` crate's.
 
 #![deny(clippy::print_stdout)]
 
+mod agents;
 mod answer;
 mod calls;
 pub mod checkout;
@@ -376,6 +378,10 @@ impl Proxy {
             }
         };
         let arguments = call.arguments.unwrap_or(serde_json::Value::Null);
+        if let Some(ruling) = self.foreign_checkout_refusal(&call.name, &arguments) {
+            self.audit_refusal(&call.name, &ruling);
+            return refusal(&ruling);
+        }
         match call.name.as_str() {
             tools::STATUS_TOOL => self.status_tool(),
             tools::APPROVAL_STATUS_TOOL => self.approval_status_tool(&arguments),
@@ -389,7 +395,11 @@ impl Proxy {
                 if tools::changes_checkout(name) {
                     return self.forward_update(id, name, params.get(), &arguments);
                 }
-                self.forward(id, params.get())
+                let answer = self.forward(id, params.get());
+                if name == "create_checkout" {
+                    return self.bind_created_checkout(answer);
+                }
+                answer
             }
             _ => {
                 let ruling = Ruling::new(

@@ -1,6 +1,7 @@
 //! The service's agents (SPEC §13): bearer tokens made by `cajaguard agent add`, kept as their
 //! SHA-256 only, so the store (out of the agents' reach) can say who a token is but never hand
-//! one back.
+//! one back; and which agent made each checkout through the service, so that no agent reads,
+//! changes, cancels or pays another's (docs/ARCHITECTURE.md, "A checkout is its agent's").
 
 use cajaguard_core::agent::AgentId;
 use time::OffsetDateTime;
@@ -29,6 +30,14 @@ pub(super) trait AgentTx {
     /// `false` when no agent of that name had a token.
     fn agent_delete(&mut self, name: &str) -> Result<bool, StoreError>;
     fn agent_by_token(&mut self, token_sha256: &str) -> Result<Option<String>, StoreError>;
+    /// Records `checkout_id` as `agent`'s unless it is already someone's; returns whose it is now.
+    fn checkout_agent_insert(
+        &mut self,
+        checkout_id: &str,
+        agent: &str,
+        at_us: i64,
+    ) -> Result<Option<String>, StoreError>;
+    fn checkout_agent(&mut self, checkout_id: &str) -> Result<Option<String>, StoreError>;
 }
 
 impl Store {
@@ -91,5 +100,36 @@ impl Store {
         let hash = token_hash(token);
         let name = self.read(&mut |tx| tx.agent_by_token(&hash))?;
         Ok(name.and_then(|n| AgentId::parse(&n).ok()))
+    }
+
+    /// Records that `agent` made `checkout_id` (its `create_checkout` went through the service),
+    /// before the agent is told the id. `Ok(false)`: the checkout is already another agent's (a
+    /// shop that hands one id out twice); the caller must not give it to `agent`. Not flushed on
+    /// its own: a record lost in a crash leaves the checkout no agent's, which refuses its calls
+    /// (fail closed), and the payment that needs it is flushed with its gate.
+    pub fn bind_checkout(
+        &self,
+        checkout_id: &str,
+        agent: &AgentId,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        let holder = self.write_unflushed(&mut |tx| {
+            tx.checkout_agent_insert(checkout_id, agent.as_str(), micros(now))
+        })?;
+        Ok(holder.as_deref() == Some(agent.as_str()))
+    }
+
+    /// The agent that made `checkout_id` through the service, if one did.
+    pub fn checkout_agent(&self, checkout_id: &str) -> Result<Option<AgentId>, StoreError> {
+        let name = self.read(&mut |tx| tx.checkout_agent(checkout_id))?;
+        name.map(|name| {
+            AgentId::parse(&name).map_err(|_| {
+                StoreError::Inconsistent(format!(
+                    "the checkout_agents table holds a malformed agent name {:?}",
+                    cajaguard_core::display::name(&name)
+                ))
+            })
+        })
+        .transpose()
     }
 }

@@ -1,4 +1,5 @@
-//! Agent tokens in PostgreSQL (rules in `store/agents.rs`; table in `0005_agents.sql`).
+//! Agent tokens and the checkouts of agents in PostgreSQL (rules in `store/agents.rs`; tables in
+//! `0005_agents.sql` and `0008_checkout_agents.sql`).
 
 use super::transaction::PgTx;
 use crate::store::StoreError;
@@ -38,6 +39,31 @@ impl AgentTx for PgTx<'_> {
         let row = self.query_opt(
             "SELECT name FROM agent_tokens WHERE token_sha256 = $1",
             &[&token_sha256],
+        )?;
+        row.map(|row| self.get(&row, 0)).transpose()
+    }
+
+    fn checkout_agent_insert(
+        &mut self,
+        checkout_id: &str,
+        agent: &str,
+        at_us: i64,
+    ) -> Result<Option<String>, StoreError> {
+        // Sent with the read, in one round trip. Under READ COMMITTED the read's snapshot is
+        // taken after the insert ran: a row another transaction was inserting at the same time
+        // was waited for and is seen.
+        self.defer(
+            "INSERT INTO checkout_agents (checkout_id, agent, created_at) VALUES ($1, $2, $3)
+             ON CONFLICT (checkout_id) DO NOTHING",
+            &[&checkout_id, &agent, &at_us],
+        )?;
+        self.checkout_agent(checkout_id)
+    }
+
+    fn checkout_agent(&mut self, checkout_id: &str) -> Result<Option<String>, StoreError> {
+        let row = self.query_opt(
+            "SELECT agent FROM checkout_agents WHERE checkout_id = $1",
+            &[&checkout_id],
         )?;
         row.map(|row| self.get(&row, 0)).transpose()
     }

@@ -31,6 +31,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "log_append_in_database",
         include_str!("migrations/0007_log_append_in_database.sql"),
     ),
+    (
+        8,
+        "checkout_agents",
+        include_str!("migrations/0008_checkout_agents.sql"),
+    ),
 ];
 
 /// The latest version this build knows.

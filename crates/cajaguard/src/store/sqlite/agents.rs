@@ -1,4 +1,5 @@
-//! Agent tokens in SQLite (rules in `store/agents.rs`; table in schema version 5).
+//! Agent tokens and the checkouts of agents in SQLite (rules in `store/agents.rs`; tables in
+//! schema versions 5 and 6).
 
 use rusqlite::{OptionalExtension, params};
 
@@ -44,6 +45,29 @@ impl AgentTx for SqliteTx<'_> {
             .conn
             .prepare_cached("SELECT name FROM agent_tokens WHERE token_sha256 = ?1")?
             .query_row([token_sha256], |r| r.get(0))
+            .optional()?)
+    }
+
+    fn checkout_agent_insert(
+        &mut self,
+        checkout_id: &str,
+        agent: &str,
+        at_us: i64,
+    ) -> Result<Option<String>, StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO checkout_agents (checkout_id, agent, created_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (checkout_id) DO NOTHING",
+            )?
+            .execute(params![checkout_id, agent, at_us])?;
+        self.checkout_agent(checkout_id)
+    }
+
+    fn checkout_agent(&mut self, checkout_id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT agent FROM checkout_agents WHERE checkout_id = ?1")?
+            .query_row([checkout_id], |r| r.get(0))
             .optional()?)
     }
 }

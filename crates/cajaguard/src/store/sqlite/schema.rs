@@ -37,7 +37,7 @@ fn busy_wait(attempt: i32) -> bool {
     true
 }
 
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 // `spend_buckets` exists so the window sum costs the same with 10^3 or 10^6 ledger rows: it is kept
 // per currency and hour, in the same transactions that change the ledger, and the gate reads only
@@ -142,6 +142,16 @@ CREATE TABLE agent_tokens (
     token_sha256 TEXT NOT NULL UNIQUE,
     created_at   INTEGER NOT NULL
 );
+";
+
+/// Version 6: which agent of the service made each checkout, the same as PostgreSQL's
+/// `0008_checkout_agents.sql`, which says why.
+const SCHEMA_V6: &str = "
+CREATE TABLE checkout_agents (
+    checkout_id TEXT PRIMARY KEY,
+    agent       TEXT NOT NULL,
+    created_at  INTEGER NOT NULL
+) WITHOUT ROWID;
 ";
 
 pub(crate) fn open(home: &Path) -> Result<Connection, StoreError> {
@@ -253,7 +263,10 @@ fn migrate(conn: &mut Connection, db: &Path) -> Result<(), StoreError> {
             if version < 4 {
                 tx.execute_batch(super::log::SCHEMA_V4)?;
             }
-            tx.execute_batch(SCHEMA_V5)?;
+            if version < 5 {
+                tx.execute_batch(SCHEMA_V5)?;
+            }
+            tx.execute_batch(SCHEMA_V6)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
         SCHEMA_VERSION => {}
