@@ -2326,6 +2326,25 @@ fn a_checkout_is_the_agents_that_made_it_and_no_one_elses(fx: &Fixture) {
         fx.reopen().checkout_agent(checkout).unwrap(),
         Some(a.clone())
     );
+    // A payment's claim checks it in its own transaction: another agent's, or a checkout no agent
+    // made, is refused with nothing claimed; the maker's, and stdio's (no agent), are claimed.
+    let window = Duration::from_secs(3600);
+    let claim =
+        |id: &str, key: &str, by: Option<&AgentId>| store.claim_as(id, key, NOW, window, by);
+    assert_eq!(
+        claim(checkout, "k-b", Some(&b)).unwrap().unwrap_err(),
+        Conflict::NotTheAgents
+    );
+    assert_eq!(
+        claim("gid://fixture/Checkout/no-agents", "k-a", Some(&a))
+            .unwrap()
+            .unwrap_err(),
+        Conflict::NotTheAgents
+    );
+    let held = claim(checkout, "k-a", Some(&a)).unwrap().unwrap();
+    store.abandon(held).unwrap();
+    let held = claim(checkout, "k-stdio", None).unwrap().unwrap();
+    store.abandon(held).unwrap();
     // Two stores recording one fresh checkout for two agents at once: one wins, both agree.
     let raced = "gid://fixture/Checkout/raced";
     let other = fx.reopen();

@@ -11,17 +11,16 @@ use serde_json::Value;
 
 use super::{Answer, Proxy, refusal};
 
-/// The tools that name an existing checkout by their `id` argument.
+/// The tools that name an existing checkout by their `id` argument and are checked here.
+/// `complete_checkout` is checked by its claim, in the claim's own transaction
+/// (`Store::claim_as`), so a payment costs no read of its own for it.
 fn names_checkout(tool: &str) -> bool {
-    matches!(
-        tool,
-        "get_checkout" | "update_checkout" | "cancel_checkout" | "complete_checkout"
-    )
+    matches!(tool, "get_checkout" | "update_checkout" | "cancel_checkout")
 }
 
 /// Why a call about a checkout that is not the agent's is refused. It does not say whether the
 /// checkout exists or whose it is: that would tell an agent probing ids what it should not know.
-const NOT_ITS_OWN: &str = "this checkout was not made by this agent through CajaGuard: an agent can read, change, cancel or pay only the checkouts its own create_checkout made through this gate; create the checkout here";
+pub(super) const NOT_ITS_OWN: &str = "this checkout was not made by this agent through CajaGuard: an agent can read, change, cancel or pay only the checkouts its own create_checkout made through this gate; create the checkout here";
 
 impl Proxy {
     /// The refusal of a call that names a checkout this session's agent did not make, if it is

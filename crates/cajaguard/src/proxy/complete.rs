@@ -119,17 +119,21 @@ impl Proxy {
         let orphan_after = self.stale_after();
         for attempt in 0..2 {
             let now = (self.clock)();
-            match self.store.claim(
+            match self.store.claim_as(
                 &request.checkout_id,
                 &request.idempotency_key,
                 now,
                 orphan_after,
+                self.agent.as_ref(),
             ) {
                 // Frozen: nothing was claimed, so there is nothing to end.
                 Ok(Ok(claim)) => match claim.frozen() {
                     None => return Ok(claim),
                     Some(frozen) => return Err(gate::frozen_ruling(frozen)),
                 },
+                Ok(Err(Conflict::NotTheAgents)) => {
+                    return Err(Ruling::new(Reason::BadRequest, super::agents::NOT_ITS_OWN));
+                }
                 Ok(Err(Conflict::UpdateInFlight)) => {
                     return Err(Ruling::new(
                         Reason::PaymentInFlight,

@@ -31,6 +31,9 @@ pub enum Conflict {
     PaymentInFlight,
     /// An update or cancel of the checkout is on its way to the shop.
     UpdateInFlight,
+    /// The paying agent (the service) did not make the checkout: it is another agent's, or no
+    /// agent's (`proxy/agents.rs`). Nothing was written.
+    NotTheAgents,
 }
 
 /// A claim taken.
@@ -53,9 +56,16 @@ pub(super) fn claim(
     idempotency_key: &str,
     now: OffsetDateTime,
     orphan_after: Duration,
+    agent: Option<&str>,
 ) -> Result<Result<Claimed, Conflict>, StoreError> {
     tx.lock_checkout(checkout_id)?;
     let mut reads = tx.checkout_reads(checkout_id, Some(micros(now)))?;
+    // Read with the rest, in the same round trip: the record never changes once made.
+    if let Some(agent) = agent
+        && reads.agent.as_deref() != Some(agent)
+    {
+        return Ok(Err(Conflict::NotTheAgents));
+    }
     if let Some(frozen) = freeze::of_row(reads.frozen.take())? {
         return Ok(Ok(Claimed {
             retry: false,

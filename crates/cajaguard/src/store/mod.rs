@@ -260,7 +260,8 @@ impl Store {
 
     /// Claims `checkout_id` for the payment with `idempotency_key` before its checkout is read back
     /// (SPEC §4 step 3a). `orphan_after`: how old a claim without a reservation must be before it
-    /// counts as abandoned (longer than any live holder takes to read and decide).
+    /// counts as abandoned (longer than any live holder takes to read and decide). A payment of no
+    /// agent (stdio); the service's payments are [`Store::claim_as`].
     pub fn claim(
         &self,
         checkout_id: &str,
@@ -268,11 +269,26 @@ impl Store {
         now: OffsetDateTime,
         orphan_after: Duration,
     ) -> Result<Result<Claim, Conflict>, StoreError> {
+        self.claim_as(checkout_id, idempotency_key, now, orphan_after, None)
+    }
+
+    /// [`Store::claim`] for a payment by `agent` (the service): refused as
+    /// [`Conflict::NotTheAgents`] unless `agent` made the checkout ([`Store::bind_checkout`]),
+    /// read in the claim's own transaction.
+    pub fn claim_as(
+        &self,
+        checkout_id: &str,
+        idempotency_key: &str,
+        now: OffsetDateTime,
+        orphan_after: Duration,
+        agent: Option<&AgentId>,
+    ) -> Result<Result<Claim, Conflict>, StoreError> {
+        let agent = agent.map(AgentId::as_str);
         // Not flushed on its own: nothing is forwarded under it before the gate's flush, which
         // covers it, and a claim lost in a crash makes that gate refuse (`ClaimLost`). One flush
         // wait fewer on every payment.
         let claimed = self.write_unflushed(&mut |tx| {
-            claims::claim(tx, checkout_id, idempotency_key, now, orphan_after)
+            claims::claim(tx, checkout_id, idempotency_key, now, orphan_after, agent)
         })?;
         Ok(claimed.map(|claimed| Claim {
             checkout_id: checkout_id.to_owned(),

@@ -83,6 +83,11 @@ pub(super) struct CheckoutReads {
     pub claim: Option<ClaimRow>,
     /// The freeze in force, as [`Tx::frozen`] reads it (`None` when not asked: not a claim).
     pub frozen: Option<(i64, String)>,
+    /// The agent that made the checkout through the service, as [`AgentTx::checkout_agent`]
+    /// reads it (`None` when not asked: not a claim).
+    ///
+    /// [`AgentTx::checkout_agent`]: super::agents::AgentTx::checkout_agent
+    pub agent: Option<String>,
 }
 
 /// Who ended a reservation as not paid.
@@ -270,6 +275,10 @@ pub(super) trait Tx:
             claim: self.claim_get(checkout_id)?,
             frozen: match claim_at_us {
                 Some(_) => self.frozen()?,
+                None => None,
+            },
+            agent: match claim_at_us {
+                Some(_) => self.checkout_agent(checkout_id)?,
                 None => None,
             },
         })

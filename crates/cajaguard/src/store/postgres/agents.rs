@@ -1,6 +1,7 @@
 //! Agent tokens and the checkouts of agents in PostgreSQL (rules in `store/agents.rs`; tables in
 //! `0005_agents.sql` and `0008_checkout_agents.sql`).
 
+use super::statements::CHECKOUT_AGENT;
 use super::transaction::PgTx;
 use crate::store::StoreError;
 use crate::store::agents::AgentTx;
@@ -61,10 +62,7 @@ impl AgentTx for PgTx<'_> {
     }
 
     fn checkout_agent(&mut self, checkout_id: &str) -> Result<Option<String>, StoreError> {
-        let row = self.query_opt(
-            "SELECT agent FROM checkout_agents WHERE checkout_id = $1",
-            &[&checkout_id],
-        )?;
+        let row = self.query_opt(CHECKOUT_AGENT, &[&checkout_id])?;
         row.map(|row| self.get(&row, 0)).transpose()
     }
 }

@@ -202,12 +202,16 @@ impl Tx for PgTx<'_> {
                 (LEDGER_ROW, &[&checkout_id]),
                 (CLAIM, &[&checkout_id]),
                 (FROZEN, &[]),
+                (CHECKOUT_AGENT, &[&checkout_id]),
             ])?,
             None => self.query_all(&[(LEDGER_ROW, &[&checkout_id]), (CLAIM, &[&checkout_id])])?,
         };
-        let frozen = match claim_at_us {
-            Some(_) => answers.pop().unwrap_or_default(),
-            None => Vec::new(),
+        let (agent, frozen) = match claim_at_us {
+            Some(_) => {
+                let agent = answers.pop().unwrap_or_default();
+                (agent, answers.pop().unwrap_or_default())
+            }
+            None => (Vec::new(), Vec::new()),
         };
         let claim = answers.pop().unwrap_or_default();
         let row = answers.pop().unwrap_or_default();
@@ -221,6 +225,7 @@ impl Tx for PgTx<'_> {
             frozen: one_row(frozen)?
                 .map(|row| self.frozen_of(&row))
                 .transpose()?,
+            agent: one_row(agent)?.map(|row| self.get(&row, 0)).transpose()?,
         })
     }
 
@@ -583,6 +588,7 @@ const LEASE_LIVE: &str =
     "SELECT 1 FROM update_leases WHERE checkout_id = $1 AND expires_at > $2 LIMIT 1";
 const CLAIM: &str = "SELECT idempotency_key, claimed_at FROM claims WHERE checkout_id = $1";
 const FROZEN: &str = "SELECT frozen_at, reason FROM payment_freeze WHERE id = 1";
+pub(super) const CHECKOUT_AGENT: &str = "SELECT agent FROM checkout_agents WHERE checkout_id = $1";
 const APPROVALS: &str =
     "SELECT document FROM approvals WHERE request_id = $1 ORDER BY filed_at, nonce";
 
