@@ -14,7 +14,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
-use cajaguard::store::{AuditRecord, Store};
+use cajaguard::store::{AuditRecord, ShopObject, Store};
 use cajaguard_core::agent::AgentId;
 use cajaguard_harness::fixtures::postgres_config;
 use cajaguard_harness::pg;
@@ -216,7 +216,7 @@ fn load(
         // create_checkout through the service would have (`proxy/agents.rs`).
         for i in 0..per_agent {
             let checkout = paid_checkout(processes, agent, i);
-            if !store.bind_checkout(&checkout, &agent_id(agent)?, now)? {
+            if !store.bind_to_agent(ShopObject::Checkout, &checkout, &agent_id(agent)?, now)? {
                 bail!("{checkout} is already another agent's");
             }
         }

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use cajaguard::store::{AuditRecord, Store};
+use cajaguard::store::{AuditRecord, ShopObject, Store};
 use cajaguard_core::agent::AgentId;
 use cajaguard_harness::service::{HttpMcp, Reply, Served, add_serve, post, send};
 use cajaguard_harness::{World, verdict};
@@ -292,7 +292,8 @@ fn an_agent_reaches_only_the_checkouts_it_made_through_the_service() {
         json!(2),
         "{read}"
     );
-    assert_eq!(verdict(&bob.pay(&bobs)).0, "allow");
+    let paid = bob.pay(&bobs);
+    assert_eq!(verdict(&paid).0, "allow");
     assert_eq!(world.completes_reaching_shop(&bobs), 1);
     // Alice's own checkouts are hers as before.
     let hers = alice.create_checkout("trail-socks", 1);
@@ -300,6 +301,62 @@ fn an_agent_reaches_only_the_checkouts_it_made_through_the_service() {
     // Bob cannot reach hers either.
     let (_, reason, _) = verdict(&bob.call("get_checkout", cajaguard_harness::get_args(&hers)));
     assert_eq!(reason, "bad_request");
+
+    // The order bob's payment placed is his: alice cannot read it.
+    let order = paid["structuredContent"]["order"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no order in {paid}"))
+        .to_owned();
+    let refused = |answer: &serde_json::Value| {
+        answer["isError"] == json!(true) && verdict(answer).1 == "bad_request"
+    };
+    assert!(refused(
+        &alice.call("get_order", cajaguard_harness::get_args(&order))
+    ));
+    let read = bob.call("get_order", cajaguard_harness::get_args(&order));
+    assert_eq!(read["isError"], json!(false), "{read}");
+
+    // Carts likewise: a cart's contents and buyer become the checkout made from it, so alice can
+    // neither change bob's cart nor make a checkout from it.
+    let cart = bob.call(
+        "create_cart",
+        json!({ "meta": cajaguard_harness::meta(), "cart": { "line_items": cajaguard_harness::line_items("trail-socks", 1) } }),
+    );
+    let cart = cart["structuredContent"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no cart id in {cart}"))
+        .to_owned();
+    let before = world.shop_calls().len();
+    for (tool, arguments) in [
+        ("get_cart", cajaguard_harness::get_args(&cart)),
+        (
+            "update_cart",
+            json!({ "meta": cajaguard_harness::meta(), "id": cart, "cart": { "line_items": cajaguard_harness::line_items("day-pack", 1) } }),
+        ),
+        ("cancel_cart", cajaguard_harness::get_args(&cart)),
+        (
+            "create_checkout",
+            json!({ "meta": cajaguard_harness::meta(), "checkout": { "cart_id": cart } }),
+        ),
+    ] {
+        let answer = alice.call(tool, arguments);
+        assert!(refused(&answer), "{tool}: {answer}");
+    }
+    assert_eq!(
+        world.shop_calls().len(),
+        before,
+        "alice's cart calls reached the shop"
+    );
+    let from_cart = bob.call(
+        "create_checkout",
+        json!({ "meta": cajaguard_harness::meta(), "checkout": { "cart_id": cart } }),
+    );
+    assert_eq!(from_cart["isError"], json!(false), "{from_cart}");
+    let checkout = from_cart["structuredContent"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(verdict(&bob.pay(&checkout)).0, "allow");
 }
 
 /// Regression (found by the Python SDK's streamable HTTP client in tests/clients): the refusals
@@ -695,7 +752,11 @@ fn slow_shop_service(delay_ms: u64) -> (World, Served) {
     // through the service would have.
     let bob = AgentId::parse("bob").unwrap();
     for checkout in [HELD_AT_THE_SHOP, IN_FLIGHT_AT_SHUTDOWN] {
-        assert!(store.bind_checkout(checkout, &bob, now).unwrap());
+        assert!(
+            store
+                .bind_to_agent(ShopObject::Checkout, checkout, &bob, now)
+                .unwrap()
+        );
     }
     drop(store);
     let served = Served::start(&world.config, &url, &[]);

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cajaguard::proxy::{Clock, Proxy};
-use cajaguard::store::{AuditRecord, Store};
+use cajaguard::store::{AuditRecord, ShopObject, Store};
 use cajaguard_core::agent::AgentId;
 use cajaguard_core::approval::{BasketDigest, RequestId, TrustedKeys};
 use cajaguard_core::effect::{Effect, Outcome, PendingRequest};
@@ -358,7 +358,8 @@ fn a_message_given_its_own_thread_has_its_tool_call_answered_on_it() {
     // Forwarded, not refused as another's: the checkout is the session's agent's.
     assert!(
         store
-            .bind_checkout(
+            .bind_to_agent(
+                ShopObject::Checkout,
                 "gid://fixture/Checkout/none",
                 &agent("ci-bot"),
                 OffsetDateTime::now_utc()

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use cajaguard::store::{
     ApprovalStatus, AuditEvent, AuditRecord, Claim, Conflict, DB_FILE, FiledApproval, FrozenBy,
-    GateCall, Gated, ReleasedBy, Store, StoreError, WindowSpend,
+    GateCall, Gated, ReleasedBy, ShopObject, Store, StoreError, WindowSpend,
 };
 use cajaguard_core::agent::AgentId;
 use cajaguard_core::approval::{
@@ -2311,19 +2311,35 @@ fn a_checkout_is_the_agents_that_made_it_and_no_one_elses(fx: &Fixture) {
     let store = &fx.store;
     let (a, b) = (agent("ci-bot"), agent("shopper"));
     let checkout = "gid://fixture/Checkout/made-by-ci-bot";
-    assert_eq!(store.checkout_agent(checkout).unwrap(), None);
-    assert!(store.bind_checkout(checkout, &a, NOW).unwrap());
+    assert_eq!(
+        store.agent_of(ShopObject::Checkout, checkout).unwrap(),
+        None
+    );
     assert!(
-        store.bind_checkout(checkout, &a, NOW).unwrap(),
+        store
+            .bind_to_agent(ShopObject::Checkout, checkout, &a, NOW)
+            .unwrap()
+    );
+    assert!(
+        store
+            .bind_to_agent(ShopObject::Checkout, checkout, &a, NOW)
+            .unwrap(),
         "the same agent again"
     );
     assert!(
-        !store.bind_checkout(checkout, &b, NOW).unwrap(),
+        !store
+            .bind_to_agent(ShopObject::Checkout, checkout, &b, NOW)
+            .unwrap(),
         "another agent"
     );
-    assert_eq!(store.checkout_agent(checkout).unwrap(), Some(a.clone()));
     assert_eq!(
-        fx.reopen().checkout_agent(checkout).unwrap(),
+        store.agent_of(ShopObject::Checkout, checkout).unwrap(),
+        Some(a.clone())
+    );
+    assert_eq!(
+        fx.reopen()
+            .agent_of(ShopObject::Checkout, checkout)
+            .unwrap(),
         Some(a.clone())
     );
     // A payment's claim checks it in its own transaction: another agent's, or a checkout no agent
@@ -2345,12 +2361,35 @@ fn a_checkout_is_the_agents_that_made_it_and_no_one_elses(fx: &Fixture) {
     store.abandon(held).unwrap();
     let held = claim(checkout, "k-stdio", None).unwrap().unwrap();
     store.abandon(held).unwrap();
+    // Checkouts, carts and orders are kept apart: one id may be each's, for different agents.
+    assert!(
+        store
+            .bind_to_agent(ShopObject::Cart, checkout, &b, NOW)
+            .unwrap()
+    );
+    assert_eq!(
+        store.agent_of(ShopObject::Cart, checkout).unwrap(),
+        Some(b.clone())
+    );
+    assert_eq!(store.agent_of(ShopObject::Order, checkout).unwrap(), None);
+    assert_eq!(
+        store.agent_of(ShopObject::Checkout, checkout).unwrap(),
+        Some(a.clone())
+    );
     // Two stores recording one fresh checkout for two agents at once: one wins, both agree.
     let raced = "gid://fixture/Checkout/raced";
     let other = fx.reopen();
     let (first, second) = std::thread::scope(|scope| {
-        let first = scope.spawn(|| store.bind_checkout(raced, &a, NOW).unwrap());
-        let second = scope.spawn(|| other.bind_checkout(raced, &b, NOW).unwrap());
+        let first = scope.spawn(|| {
+            store
+                .bind_to_agent(ShopObject::Checkout, raced, &a, NOW)
+                .unwrap()
+        });
+        let second = scope.spawn(|| {
+            other
+                .bind_to_agent(ShopObject::Checkout, raced, &b, NOW)
+                .unwrap()
+        });
         (first.join().unwrap(), second.join().unwrap())
     });
     assert!(
@@ -2358,8 +2397,14 @@ fn a_checkout_is_the_agents_that_made_it_and_no_one_elses(fx: &Fixture) {
         "exactly one agent holds it: {first} {second}"
     );
     let holder = if first { a } else { b };
-    assert_eq!(store.checkout_agent(raced).unwrap(), Some(holder.clone()));
-    assert_eq!(other.checkout_agent(raced).unwrap(), Some(holder));
+    assert_eq!(
+        store.agent_of(ShopObject::Checkout, raced).unwrap(),
+        Some(holder.clone())
+    );
+    assert_eq!(
+        other.agent_of(ShopObject::Checkout, raced).unwrap(),
+        Some(holder)
+    );
 }
 
 /// Runs `test` on a fresh store of `kind` (PostgreSQL: skipped with a notice without a server).

@@ -1,44 +1,95 @@
-//! A service session's checkouts are its agent's (docs/ARCHITECTURE.md, "A checkout is its
-//! agent's"). The service's agents share one shop link, so the shop cannot tell them apart; the
-//! gate does: the checkout a session's `create_checkout` makes is recorded as its agent's before
-//! the agent learns its id, and every checkout call of a session must name one of its agent's.
-//! Otherwise an agent that learned another's checkout id could change its basket or shipping
-//! address just before the other pays it, cancel it, or read it. `cajaguard mcp` on stdio is one
-//! user with no agent: it neither records nor checks.
+//! A service session's checkouts, carts and orders are its agent's (docs/ARCHITECTURE.md, "A
+//! checkout is its agent's"). The service's agents share one shop link, so the shop cannot tell
+//! them apart; the gate does: what a session's `create_checkout` or `create_cart` makes, and the
+//! order its payment places, is recorded as its agent's before the agent learns the id, and every
+//! call of a session that names a checkout, cart or order must name one of its agent's.
+//! Otherwise an agent that learned another's checkout or cart id could change its basket or
+//! shipping address just before the other pays it (a cart's contents become the checkout's),
+//! cancel it, or read it. `cajaguard mcp` on stdio is one user with no agent: it neither records
+//! nor checks.
 
 use cajaguard_core::verdict::{Reason, Ruling};
 use serde_json::Value;
 
 use super::{Answer, Proxy, refusal};
+use crate::store::ShopObject;
 
-/// The tools that name an existing checkout by their `id` argument and are checked here.
+/// What a tool names by its `id` argument, checked here before it is forwarded.
 /// `complete_checkout` is checked by its claim, in the claim's own transaction
 /// (`Store::claim_as`), so a payment costs no read of its own for it.
-fn names_checkout(tool: &str) -> bool {
-    matches!(tool, "get_checkout" | "update_checkout" | "cancel_checkout")
+fn named_by(tool: &str) -> Option<ShopObject> {
+    match tool {
+        "get_checkout" | "update_checkout" | "cancel_checkout" => Some(ShopObject::Checkout),
+        "get_cart" | "update_cart" | "cancel_cart" => Some(ShopObject::Cart),
+        "get_order" => Some(ShopObject::Order),
+        _ => None,
+    }
 }
 
-/// Why a call about a checkout that is not the agent's is refused. It does not say whether the
-/// checkout exists or whose it is: that would tell an agent probing ids what it should not know.
-pub(super) const NOT_ITS_OWN: &str = "this checkout was not made by this agent through CajaGuard: an agent can read, change, cancel or pay only the checkouts its own create_checkout made through this gate; create the checkout here";
+/// What a tool makes, recorded from its answer.
+fn made_by(tool: &str) -> Option<ShopObject> {
+    match tool {
+        "create_checkout" => Some(ShopObject::Checkout),
+        "create_cart" => Some(ShopObject::Cart),
+        _ => None,
+    }
+}
+
+/// The refusal of a call on a checkout, cart or order that is not the agent's. It does not say
+/// whether it exists or whose it is: that would tell an agent probing ids what it should not know.
+pub(super) fn not_its_own(object: ShopObject) -> Ruling {
+    let next = match object {
+        ShopObject::Checkout => "create the checkout through this gate",
+        ShopObject::Cart => "create the cart through this gate",
+        ShopObject::Order => {
+            "an order is this agent's when its own payment through this gate placed it"
+        }
+    };
+    Ruling::new(
+        Reason::BadRequest,
+        format!(
+            "this {} was not made for this agent through CajaGuard: an agent can reach only the checkouts, carts and orders the shop made for it through this gate; {next}",
+            object.as_str()
+        ),
+    )
+}
 
 impl Proxy {
-    /// The refusal of a call that names a checkout this session's agent did not make, if it is
-    /// one; nothing for stdio, or for a tool that names no checkout.
-    pub(super) fn foreign_checkout_refusal(&self, tool: &str, arguments: &Value) -> Option<Ruling> {
-        let agent = self.agent.as_ref()?;
-        if !names_checkout(tool) {
-            return None;
-        }
-        let Some(checkout_id) = arguments.get("id").and_then(Value::as_str) else {
-            return Some(Ruling::new(
-                Reason::BadRequest,
-                format!("{tool} needs the checkout's `id` as a string"),
-            ));
+    /// The refusal of a call that names a checkout, cart or order the shop did not make for
+    /// this session's agent (a `create_checkout` from a cart names the cart), if it is one;
+    /// nothing for stdio, or for a tool that names none.
+    pub(super) fn foreign_object_refusal(&self, tool: &str, arguments: &Value) -> Option<Ruling> {
+        self.agent.as_ref()?;
+        let (object, id) = match (named_by(tool), tool) {
+            (Some(object), _) => match arguments.get("id").and_then(Value::as_str) {
+                Some(id) => (object, id),
+                None => {
+                    return Some(Ruling::new(
+                        Reason::BadRequest,
+                        format!("{tool} needs the {}'s `id` as a string", object.as_str()),
+                    ));
+                }
+            },
+            (None, "create_checkout") => match arguments.pointer("/checkout/cart_id") {
+                None => return None,
+                Some(Value::String(cart)) => (ShopObject::Cart, cart.as_str()),
+                Some(_) => {
+                    return Some(Ruling::new(
+                        Reason::BadRequest,
+                        "create_checkout's `checkout.cart_id` must be a string",
+                    ));
+                }
+            },
+            (None, _) => return None,
         };
-        match self.store.checkout_agent(checkout_id) {
+        self.refusal_unless_its_own(tool, object, id)
+    }
+
+    fn refusal_unless_its_own(&self, tool: &str, object: ShopObject, id: &str) -> Option<Ruling> {
+        let agent = self.agent.as_ref()?;
+        match self.store.agent_of(object, id) {
             Ok(Some(holder)) if holder == *agent => None,
-            Ok(_) => Some(Ruling::new(Reason::BadRequest, NOT_ITS_OWN)),
+            Ok(_) => Some(not_its_own(object)),
             Err(e) => Some(Ruling::new(
                 Reason::StoreUnavailable,
                 format!("the CajaGuard store failed, so {tool} was not forwarded: {e}"),
@@ -46,61 +97,95 @@ impl Proxy {
         }
     }
 
-    /// The shop's answer to this session's `create_checkout`, passed on once the checkout it made
-    /// is recorded as the agent's. An answer with no checkout id in it (an error, a refusal)
+    /// The shop's answer to this session's `create_checkout` or `create_cart`, passed on once
+    /// what it made is recorded as the agent's. An answer with no id in it (an error, a refusal)
     /// passes as it is: there is nothing to record, and an id the gate did not see is refused
-    /// when it is used. A checkout that cannot be recorded is not handed over.
-    pub(super) fn bind_created_checkout(&self, answer: Answer) -> Answer {
-        let Some(agent) = self.agent.as_ref() else {
+    /// when it is used. What cannot be recorded is not handed over.
+    pub(super) fn bind_made(&self, tool: &str, answer: Answer) -> Answer {
+        let (Some(agent), Some(object)) = (self.agent.as_ref(), made_by(tool)) else {
             return answer;
         };
         let Answer::Result(result) = &answer else {
             return answer;
         };
-        let Some(checkout_id) = created_checkout_id(result) else {
+        let Some(id) = made_id(result) else {
             return answer;
         };
-        let ruling = match self
-            .store
-            .bind_checkout(&checkout_id, agent, (self.clock)())
-        {
+        let object_name = object.as_str();
+        let ruling = match self.store.bind_to_agent(object, &id, agent, (self.clock)()) {
             Ok(true) => return answer,
             Ok(false) => Ruling::new(
                 Reason::BadRequest,
-                "the shop answered create_checkout with the id of a checkout another agent made through CajaGuard; it is not handed over, create another",
+                format!(
+                    "the shop answered {tool} with the id of a {object_name} made for another agent through CajaGuard; it is not handed over, make another"
+                ),
             ),
             Err(e) => Ruling::new(
                 Reason::StoreUnavailable,
                 format!(
-                    "the shop made the checkout but the CajaGuard store failed to record it as this agent's, so it is not handed over (it would be refused when used); create another: {e}"
+                    "the shop made the {object_name} but the CajaGuard store failed to record it as this agent's, so it is not handed over (it would be refused when used); make another: {e}"
                 ),
             ),
         };
-        self.audit_refusal("create_checkout", &ruling);
+        self.audit_refusal(tool, &ruling);
         refusal(&ruling)
+    }
+
+    /// Records the order a checkout of this session's agent shows (its payment's answer, or a
+    /// later `get_checkout`) as the agent's. The payment is made whatever happens here, so a
+    /// failure only leaves the order no agent's: its `get_order` is refused (fail closed).
+    pub(super) fn bind_order_of(&self, checkout: &Value) {
+        let Some(agent) = self.agent.as_ref() else {
+            return;
+        };
+        let Some(order) = checkout.pointer("/order/id").and_then(Value::as_str) else {
+            return;
+        };
+        match self
+            .store
+            .bind_to_agent(ShopObject::Order, order, agent, (self.clock)())
+        {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(
+                "the shop's order for this agent's checkout is recorded as another agent's; its get_order stays refused"
+            ),
+            Err(e) => tracing::warn!("an order was not recorded as its agent's: {e}"),
+        }
+    }
+
+    /// [`Proxy::bind_order_of`] for a forwarded `get_checkout` answer.
+    pub(super) fn bind_order_shown(&self, answer: &Answer) {
+        if self.agent.is_none() {
+            return;
+        }
+        if let Answer::Result(result) = answer
+            && let Some(checkout) = answered_object(result)
+        {
+            self.bind_order_of(&checkout);
+        }
     }
 }
 
-/// The id of the checkout a `create_checkout` result holds: in `structuredContent`, or, from
-/// servers that predate structured content, in the JSON of its first text part (as the gate
-/// reads `get_checkout`, `checkout.rs`).
-fn created_checkout_id(result: &str) -> Option<String> {
-    let result: Value = serde_json::from_str(result).ok()?;
+/// The object a tool's result holds: its `structuredContent`, or, from servers that predate
+/// structured content, the JSON of its first text part (as the gate reads `get_checkout`,
+/// `checkout.rs`). Nothing for an error.
+fn answered_object(result: &str) -> Option<Value> {
+    let mut result: Value = serde_json::from_str(result).ok()?;
     if result.get("isError").and_then(Value::as_bool) == Some(true) {
         return None;
     }
-    let from_text;
-    let checkout = match result.get("structuredContent") {
-        Some(content) => content,
-        None => {
-            from_text = result
-                .pointer("/content/0/text")
-                .and_then(Value::as_str)
-                .and_then(|text| serde_json::from_str::<Value>(text).ok())?;
-            &from_text
-        }
-    };
-    checkout
+    match result.get_mut("structuredContent") {
+        Some(content) => Some(content.take()),
+        None => result
+            .pointer("/content/0/text")
+            .and_then(Value::as_str)
+            .and_then(|text| serde_json::from_str::<Value>(text).ok()),
+    }
+}
+
+/// The id of what a `create_checkout` or `create_cart` result holds.
+fn made_id(result: &str) -> Option<String> {
+    answered_object(result)?
         .get("id")
         .and_then(Value::as_str)
         .map(str::to_owned)
@@ -111,24 +196,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_created_checkout_id_is_read_where_the_gate_reads_a_checkout() {
+    fn the_made_id_is_read_where_the_gate_reads_a_checkout() {
         let structured = r#"{"content":[],"structuredContent":{"id":"gid://s/Checkout/1","status":"incomplete"},"isError":false}"#;
-        assert_eq!(
-            created_checkout_id(structured).as_deref(),
-            Some("gid://s/Checkout/1")
-        );
-        let text_only = r#"{"content":[{"type":"text","text":"{\"id\":\"gid://s/Checkout/2\"}"}]}"#;
-        assert_eq!(
-            created_checkout_id(text_only).as_deref(),
-            Some("gid://s/Checkout/2")
-        );
+        assert_eq!(made_id(structured).as_deref(), Some("gid://s/Checkout/1"));
+        let text_only = r#"{"content":[{"type":"text","text":"{\"id\":\"gid://s/Cart/2\"}"}]}"#;
+        assert_eq!(made_id(text_only).as_deref(), Some("gid://s/Cart/2"));
         for nothing in [
             r#"{"content":[],"structuredContent":{"id":"gid://s/Checkout/3"},"isError":true}"#,
             r#"{"content":[{"type":"text","text":"out of stock"}]}"#,
             r#"{"structuredContent":{"id":42}}"#,
             "not json",
         ] {
-            assert_eq!(created_checkout_id(nothing), None, "{nothing}");
+            assert_eq!(made_id(nothing), None, "{nothing}");
+        }
+    }
+
+    #[test]
+    fn every_ucp_tool_that_names_or_makes_an_object_is_known_here() {
+        for tool in super::super::tools::UCP_TOOLS {
+            let covered = named_by(tool).is_some()
+                || made_by(tool).is_some()
+                || matches!(
+                    *tool,
+                    // Checked by its claim; the catalog's are the shop's, not an agent's.
+                    "complete_checkout" | "search_catalog" | "lookup_catalog" | "get_product"
+                );
+            assert!(covered, "{tool} names or makes something no check knows of");
         }
     }
 }

@@ -26,7 +26,7 @@ use super::checkout;
 use super::{Answer, Proxy, Reply, ShopError, refusal, shop_failure};
 use crate::store::{
     AuditEvent, AuditRecord, Claim, Conflict, FrozenBy, GateCall, Permit, ReleasedBy, SettledAs,
-    StoreError,
+    ShopObject, StoreError,
 };
 use cajaguard_wire::rawjson::RawObject;
 
@@ -132,7 +132,7 @@ impl Proxy {
                     Some(frozen) => return Err(gate::frozen_ruling(frozen)),
                 },
                 Ok(Err(Conflict::NotTheAgents)) => {
-                    return Err(Ruling::new(Reason::BadRequest, super::agents::NOT_ITS_OWN));
+                    return Err(super::agents::not_its_own(ShopObject::Checkout));
                 }
                 Ok(Err(Conflict::UpdateInFlight)) => {
                     return Err(Ruling::new(
@@ -298,7 +298,10 @@ impl Proxy {
             Err(_) => Heard::Unknown,
         };
         let settlement = match heard {
-            Heard::Completed(checkout) => Settlement::Completed(settle::charge(quote, &checkout)),
+            Heard::Completed(checkout) => {
+                self.bind_order_of(&checkout);
+                Settlement::Completed(settle::charge(quote, &checkout))
+            }
             Heard::Refused => self.confirm_not_paid(&permit, quote, agent),
             // A retry that never left says nothing about the attempt it retries.
             Heard::NotSent if permit.is_retry() => Settlement::Unknown,

@@ -8,7 +8,7 @@
 //! This file reads the agent's lines and routes each; `calls.rs` runs tool calls in flight,
 //! `complete.rs` gates `complete_checkout`, `update.rs` forwards checkout changes under a lease,
 //! `own_tools.rs` serves CajaGuard's tools, `agents.rs` keeps each service agent to its own
-//! checkouts, `reconcile.rs` settles payments left in flight,
+//! checkouts, carts and orders, `reconcile.rs` settles payments left in flight,
 //! `answer.rs` shapes answers, and `downstream/` is the shop. The wire formats are the
 //! `cajaguard-wire` crate's.
 
@@ -378,7 +378,7 @@ impl Proxy {
             }
         };
         let arguments = call.arguments.unwrap_or(serde_json::Value::Null);
-        if let Some(ruling) = self.foreign_checkout_refusal(&call.name, &arguments) {
+        if let Some(ruling) = self.foreign_object_refusal(&call.name, &arguments) {
             self.audit_refusal(&call.name, &ruling);
             return refusal(&ruling);
         }
@@ -396,10 +396,10 @@ impl Proxy {
                     return self.forward_update(id, name, params.get(), &arguments);
                 }
                 let answer = self.forward(id, params.get());
-                if name == "create_checkout" {
-                    return self.bind_created_checkout(answer);
+                if name == "get_checkout" {
+                    self.bind_order_shown(&answer);
                 }
-                answer
+                self.bind_made(name, answer)
             }
             _ => {
                 let ruling = Ruling::new(

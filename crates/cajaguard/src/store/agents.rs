@@ -1,13 +1,34 @@
 //! The service's agents (SPEC §13): bearer tokens made by `cajaguard agent add`, kept as their
 //! SHA-256 only, so the store (out of the agents' reach) can say who a token is but never hand
-//! one back; and which agent made each checkout through the service, so that no agent reads,
-//! changes, cancels or pays another's (docs/ARCHITECTURE.md, "A checkout is its agent's").
+//! one back; and which agent the shop made each checkout, cart and order for through the
+//! service, so that no agent reads, changes, cancels or pays another's (docs/ARCHITECTURE.md, "A
+//! checkout is its agent's").
 
 use cajaguard_core::agent::AgentId;
 use time::OffsetDateTime;
 
 use super::audit::AgentEvent;
 use super::{AuditEvent, AuditRecord, Store, StoreError, micros, passkeys::created, token_hash};
+
+/// What the shop makes that the service binds to the agent it was made for: an agent reaches only
+/// its own (`proxy/agents.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShopObject {
+    Checkout,
+    Cart,
+    Order,
+}
+
+impl ShopObject {
+    /// Its name in the store and in refusals.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShopObject::Checkout => "checkout",
+            ShopObject::Cart => "cart",
+            ShopObject::Order => "order",
+        }
+    }
+}
 
 /// One agent with a token, as `agent list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,14 +51,15 @@ pub(super) trait AgentTx {
     /// `false` when no agent of that name had a token.
     fn agent_delete(&mut self, name: &str) -> Result<bool, StoreError>;
     fn agent_by_token(&mut self, token_sha256: &str) -> Result<Option<String>, StoreError>;
-    /// Records `checkout_id` as `agent`'s unless it is already someone's; returns whose it is now.
-    fn checkout_agent_insert(
+    /// Records `object` `id` as `agent`'s unless it is already someone's; returns whose it is now.
+    fn made_for_insert(
         &mut self,
-        checkout_id: &str,
+        object: &str,
+        id: &str,
         agent: &str,
         at_us: i64,
     ) -> Result<Option<String>, StoreError>;
-    fn checkout_agent(&mut self, checkout_id: &str) -> Result<Option<String>, StoreError>;
+    fn made_for(&mut self, object: &str, id: &str) -> Result<Option<String>, StoreError>;
 }
 
 impl Store {
@@ -102,30 +124,32 @@ impl Store {
         Ok(name.and_then(|n| AgentId::parse(&n).ok()))
     }
 
-    /// Records that `agent` made `checkout_id` (its `create_checkout` went through the service),
-    /// before the agent is told the id. `Ok(false)`: the checkout is already another agent's (a
-    /// shop that hands one id out twice); the caller must not give it to `agent`. Not flushed on
-    /// its own: a record lost in a crash leaves the checkout no agent's, which refuses its calls
-    /// (fail closed), and the payment that needs it is flushed with its gate.
-    pub fn bind_checkout(
+    /// Records that the shop made `object` `id` for `agent` (its `create_checkout` or
+    /// `create_cart`, or the payment that placed the order, went through the service), before
+    /// the agent is told the id. `Ok(false)`: it is already another agent's (a shop that hands
+    /// one id out twice); the caller must not give it to `agent`. Not flushed on its own: a
+    /// record lost in a crash leaves the object no agent's, which refuses its calls (fail
+    /// closed), and the payment that needs a checkout's is flushed with its gate.
+    pub fn bind_to_agent(
         &self,
-        checkout_id: &str,
+        object: ShopObject,
+        id: &str,
         agent: &AgentId,
         now: OffsetDateTime,
     ) -> Result<bool, StoreError> {
         let holder = self.write_unflushed(&mut |tx| {
-            tx.checkout_agent_insert(checkout_id, agent.as_str(), micros(now))
+            tx.made_for_insert(object.as_str(), id, agent.as_str(), micros(now))
         })?;
         Ok(holder.as_deref() == Some(agent.as_str()))
     }
 
-    /// The agent that made `checkout_id` through the service, if one did.
-    pub fn checkout_agent(&self, checkout_id: &str) -> Result<Option<AgentId>, StoreError> {
-        let name = self.read(&mut |tx| tx.checkout_agent(checkout_id))?;
+    /// The agent the shop made `object` `id` for through the service, if any.
+    pub fn agent_of(&self, object: ShopObject, id: &str) -> Result<Option<AgentId>, StoreError> {
+        let name = self.read(&mut |tx| tx.made_for(object.as_str(), id))?;
         name.map(|name| {
             AgentId::parse(&name).map_err(|_| {
                 StoreError::Inconsistent(format!(
-                    "the checkout_agents table holds a malformed agent name {:?}",
+                    "the made_for_agent table holds a malformed agent name {:?}",
                     cajaguard_core::display::name(&name)
                 ))
             })

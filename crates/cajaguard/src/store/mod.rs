@@ -48,7 +48,7 @@ use cajaguard_core::policy::{Policy, StoreConfig, StoreUrl};
 use cajaguard_core::settle::Settlement;
 use time::OffsetDateTime;
 
-pub use self::agents::AgentRow;
+pub use self::agents::{AgentRow, ShopObject};
 pub use self::audit::{
     AgentEvent, AuditEvent, AuditRecord, Decided, FrozenBy, PasskeyEvent, SettledAs,
 };
@@ -273,7 +273,7 @@ impl Store {
     }
 
     /// [`Store::claim`] for a payment by `agent` (the service): refused as
-    /// [`Conflict::NotTheAgents`] unless `agent` made the checkout ([`Store::bind_checkout`]),
+    /// [`Conflict::NotTheAgents`] unless the checkout was made for `agent` ([`Store::bind_to_agent`]),
     /// read in the claim's own transaction.
     pub fn claim_as(
         &self,

@@ -83,10 +83,10 @@ pub(super) struct CheckoutReads {
     pub claim: Option<ClaimRow>,
     /// The freeze in force, as [`Tx::frozen`] reads it (`None` when not asked: not a claim).
     pub frozen: Option<(i64, String)>,
-    /// The agent that made the checkout through the service, as [`AgentTx::checkout_agent`]
-    /// reads it (`None` when not asked: not a claim).
+    /// The agent the checkout was made for through the service, as [`AgentTx::made_for`] reads
+    /// it (`None` when not asked: not a claim).
     ///
-    /// [`AgentTx::checkout_agent`]: super::agents::AgentTx::checkout_agent
+    /// [`AgentTx::made_for`]: super::agents::AgentTx::made_for
     pub agent: Option<String>,
 }
 
@@ -278,7 +278,7 @@ pub(super) trait Tx:
                 None => None,
             },
             agent: match claim_at_us {
-                Some(_) => self.checkout_agent(checkout_id)?,
+                Some(_) => self.made_for(super::ShopObject::Checkout.as_str(), checkout_id)?,
                 None => None,
             },
         })

@@ -1,7 +1,7 @@
-//! Agent tokens and the checkouts of agents in PostgreSQL (rules in `store/agents.rs`; tables in
-//! `0005_agents.sql` and `0008_checkout_agents.sql`).
+//! Agent tokens and what the shop made for each agent in PostgreSQL (rules in `store/agents.rs`;
+//! tables in `0005_agents.sql` and `0008_made_for_agent.sql`).
 
-use super::statements::CHECKOUT_AGENT;
+use super::statements::MADE_FOR;
 use super::transaction::PgTx;
 use crate::store::StoreError;
 use crate::store::agents::AgentTx;
@@ -44,9 +44,10 @@ impl AgentTx for PgTx<'_> {
         row.map(|row| self.get(&row, 0)).transpose()
     }
 
-    fn checkout_agent_insert(
+    fn made_for_insert(
         &mut self,
-        checkout_id: &str,
+        object: &str,
+        id: &str,
         agent: &str,
         at_us: i64,
     ) -> Result<Option<String>, StoreError> {
@@ -54,15 +55,15 @@ impl AgentTx for PgTx<'_> {
         // taken after the insert ran: a row another transaction was inserting at the same time
         // was waited for and is seen.
         self.defer(
-            "INSERT INTO checkout_agents (checkout_id, agent, created_at) VALUES ($1, $2, $3)
-             ON CONFLICT (checkout_id) DO NOTHING",
-            &[&checkout_id, &agent, &at_us],
+            "INSERT INTO made_for_agent (object, id, agent, created_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (object, id) DO NOTHING",
+            &[&object, &id, &agent, &at_us],
         )?;
-        self.checkout_agent(checkout_id)
+        self.made_for(object, id)
     }
 
-    fn checkout_agent(&mut self, checkout_id: &str) -> Result<Option<String>, StoreError> {
-        let row = self.query_opt(CHECKOUT_AGENT, &[&checkout_id])?;
+    fn made_for(&mut self, object: &str, id: &str) -> Result<Option<String>, StoreError> {
+        let row = self.query_opt(MADE_FOR, &[&object, &id])?;
         row.map(|row| self.get(&row, 0)).transpose()
     }
 }

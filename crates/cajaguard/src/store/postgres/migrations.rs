@@ -33,8 +33,8 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     ),
     (
         8,
-        "checkout_agents",
-        include_str!("migrations/0008_checkout_agents.sql"),
+        "made_for_agent",
+        include_str!("migrations/0008_made_for_agent.sql"),
     ),
 ];
 

@@ -202,7 +202,7 @@ impl Tx for PgTx<'_> {
                 (LEDGER_ROW, &[&checkout_id]),
                 (CLAIM, &[&checkout_id]),
                 (FROZEN, &[]),
-                (CHECKOUT_AGENT, &[&checkout_id]),
+                (CHECKOUT_MADE_FOR, &[&checkout_id]),
             ])?,
             None => self.query_all(&[(LEDGER_ROW, &[&checkout_id]), (CLAIM, &[&checkout_id])])?,
         };
@@ -588,7 +588,9 @@ const LEASE_LIVE: &str =
     "SELECT 1 FROM update_leases WHERE checkout_id = $1 AND expires_at > $2 LIMIT 1";
 const CLAIM: &str = "SELECT idempotency_key, claimed_at FROM claims WHERE checkout_id = $1";
 const FROZEN: &str = "SELECT frozen_at, reason FROM payment_freeze WHERE id = 1";
-pub(super) const CHECKOUT_AGENT: &str = "SELECT agent FROM checkout_agents WHERE checkout_id = $1";
+pub(super) const MADE_FOR: &str = "SELECT agent FROM made_for_agent WHERE object = $1 AND id = $2";
+const CHECKOUT_MADE_FOR: &str =
+    "SELECT agent FROM made_for_agent WHERE object = 'checkout' AND id = $1";
 const APPROVALS: &str =
     "SELECT document FROM approvals WHERE request_id = $1 ORDER BY filed_at, nonce";
 

@@ -1,4 +1,4 @@
-//! Agent tokens and the checkouts of agents in SQLite (rules in `store/agents.rs`; tables in
+//! Agent tokens and what the shop made for each agent in SQLite (rules in `store/agents.rs`; tables in
 //! schema versions 5 and 6).
 
 use rusqlite::{OptionalExtension, params};
@@ -48,26 +48,27 @@ impl AgentTx for SqliteTx<'_> {
             .optional()?)
     }
 
-    fn checkout_agent_insert(
+    fn made_for_insert(
         &mut self,
-        checkout_id: &str,
+        object: &str,
+        id: &str,
         agent: &str,
         at_us: i64,
     ) -> Result<Option<String>, StoreError> {
         self.conn
             .prepare_cached(
-                "INSERT INTO checkout_agents (checkout_id, agent, created_at) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (checkout_id) DO NOTHING",
+                "INSERT INTO made_for_agent (object, id, agent, created_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (object, id) DO NOTHING",
             )?
-            .execute(params![checkout_id, agent, at_us])?;
-        self.checkout_agent(checkout_id)
+            .execute(params![object, id, agent, at_us])?;
+        self.made_for(object, id)
     }
 
-    fn checkout_agent(&mut self, checkout_id: &str) -> Result<Option<String>, StoreError> {
+    fn made_for(&mut self, object: &str, id: &str) -> Result<Option<String>, StoreError> {
         Ok(self
             .conn
-            .prepare_cached("SELECT agent FROM checkout_agents WHERE checkout_id = ?1")?
-            .query_row([checkout_id], |r| r.get(0))
+            .prepare_cached("SELECT agent FROM made_for_agent WHERE object = ?1 AND id = ?2")?
+            .query_row([object, id], |r| r.get(0))
             .optional()?)
     }
 }

@@ -144,13 +144,15 @@ CREATE TABLE agent_tokens (
 );
 ";
 
-/// Version 6: which agent of the service made each checkout, the same as PostgreSQL's
-/// `0008_checkout_agents.sql`, which says why.
+/// Version 6: which agent of the service each checkout, cart and order was made for, the same
+/// as PostgreSQL's `0008_made_for_agent.sql`, which says why.
 const SCHEMA_V6: &str = "
-CREATE TABLE checkout_agents (
-    checkout_id TEXT PRIMARY KEY,
-    agent       TEXT NOT NULL,
-    created_at  INTEGER NOT NULL
+CREATE TABLE made_for_agent (
+    object     TEXT NOT NULL CHECK (object IN ('checkout', 'cart', 'order')),
+    id         TEXT NOT NULL,
+    agent      TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (object, id)
 ) WITHOUT ROWID;
 ";
 
