@@ -18,6 +18,7 @@ use cajaguard_harness::pg as pg_support;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
+use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -1282,6 +1283,132 @@ fn the_window_reads_only_buckets_at_1m_rows(fx: &Fixture) {
 
 /// Eight stores opening one fresh schema at once: each migration is applied exactly once (the
 /// advisory lock), and all of them work.
+/// Bucket writers that write two currencies, crossing each other, all at once from stores of
+/// their own (as hosts would be): gates that move a checkout's reservation in flight from USD to
+/// EUR against gates that move one from EUR to USD (each holds only its new currency's lock, so
+/// nothing else orders them), beside settlements charged in the other currency. Every bucket
+/// writer takes its buckets in one order (`ledger::in_lock_order`), so none ever waits for
+/// another that waits for it. PostgreSQL would break such a cycle and the store would run the
+/// attempt again, so the books alone could not tell; the database's own deadlock counter can (a
+/// database of its own, so no other test's count is in it).
+#[test]
+fn postgres_crossing_currencies_never_deadlock() {
+    let Some(base) = pg_support::base_url() else {
+        pg_support::notice("postgres_crossing_currencies_never_deadlock");
+        return;
+    };
+    let db = pg_support::Database::create(&base);
+    let (_dir, home) = home();
+    const PAIRS: usize = 3;
+    const ROUNDS: usize = ROUNDS_OF_CROSSING;
+    /// What each worker of a pair does to its checkout, reserved in the first currency: moves
+    /// the reservation to the second (a gate of the same attempt), or settles it charged there.
+    const ROLES: [(&str, &str, bool); 4] = [
+        ("USD", "EUR", true),
+        ("EUR", "USD", true),
+        ("USD", "EUR", false),
+        ("EUR", "USD", false),
+    ];
+    let workers = ROLES.len() * PAIRS;
+    let stores: Vec<Store> = (0..workers)
+        .map(|_| fixtures::open_store(&home, Some(&db.url)))
+        .collect();
+    let checkout = |round: usize, worker: usize| format!("c-{round}-{worker}");
+    for round in 0..ROUNDS {
+        for worker in 0..workers {
+            let currency = ROLES[worker % ROLES.len()].0;
+            let reserved = forward(currency, 1000, None);
+            gate_with(
+                &stores[0],
+                &checkout(round, worker),
+                "k",
+                currency,
+                1000,
+                NOW,
+                reserved,
+            )
+            .unwrap();
+        }
+    }
+    for round in 0..ROUNDS {
+        let barrier = Barrier::new(workers);
+        std::thread::scope(|scope| {
+            for (worker, store) in stores.iter().enumerate() {
+                let barrier = &barrier;
+                let checkout = checkout(round, worker);
+                scope.spawn(move || {
+                    let (_, to, moves) = ROLES[worker % ROLES.len()];
+                    barrier.wait();
+                    if moves {
+                        // Not `gate_with`: a deadlock's rerun calls `decide` again, and the
+                        // counter below is what should report it.
+                        let claim = store.claim(&checkout, "k", NOW, DAY).unwrap().unwrap();
+                        let gated = store
+                            .gate(
+                                &claim,
+                                &request(&checkout, "k"),
+                                &quote(&checkout, to, 1000),
+                                &d(1),
+                                None,
+                                DAY,
+                                NOW,
+                                true,
+                                &mut |_, _, _| forward(to, 1000, None),
+                                &record(NOW),
+                            )
+                            .unwrap();
+                        assert!(gated.permit.is_some(), "{checkout} moved to {to}");
+                    } else {
+                        let charged = Settlement::Completed(Charge {
+                            amount: 1000,
+                            currency: Some(to.to_owned()),
+                            differs: vec!["currency"],
+                        });
+                        settle(store, &checkout, "k", &charged);
+                    }
+                });
+            }
+        });
+    }
+    // The books: each checkout counted once, in the currency it moved to.
+    let each = PAIRS as i64 * ROUNDS as i64 * 1000;
+    let spend = stores[0].window_spend(DAY, NOW).unwrap();
+    for currency in ["USD", "EUR"] {
+        assert_eq!(spend[currency], spent(each, each), "{currency}: {spend:?}");
+    }
+    // A backend counts its deadlocks when it reports its statistics, at the latest as it ends.
+    drop(stores);
+    let mut admin = pg_support::client(&base);
+    let waited = Instant::now();
+    loop {
+        let left: i64 = admin
+            .query_one(
+                "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = $1",
+                &[&db.name],
+            )
+            .unwrap()
+            .get(0);
+        if left == 0 {
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "{left} sessions stay"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let deadlocks: i64 = admin
+        .query_one(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = $1",
+            &[&db.name],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(deadlocks, 0, "bucket writers crossed each other");
+}
+
+const ROUNDS_OF_CROSSING: usize = 100;
+
 #[test]
 fn postgres_concurrent_starters_migrate_once() {
     let Some(schema) = pg_support::schema_or_notice("postgres_concurrent_starters_migrate_once")
