@@ -168,7 +168,10 @@ impl<'de> Visitor<'de> for ReadAllVisitor {
 }
 
 /// The first duplicated key anywhere in `json` (at any depth), or `None`. Invalid JSON is reported
-/// as `Err`. Keys are compared after unescaping, as a parser would.
+/// as `Err`. Keys are compared after unescaping, as a parser would, and with case folded, as a
+/// case-insensitive parser would: Go's `encoding/json` matches `"NAME"`, `"Name"` and even
+/// `"nAme"` to a field `name` (and folds `ſ` to `s`, `K` to `k`), the last copy winning, so
+/// `{"name":"search_catalog","NAME":"complete_checkout"}` would be a payment to such a shop.
 pub fn find_duplicate_key(json: &str) -> Result<Option<String>, serde_json::Error> {
     let mut found = None;
     let mut deserializer = serde_json::Deserializer::from_str(json);
@@ -203,7 +206,7 @@ impl<'de> Visitor<'de> for DupSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let mut seen = std::collections::HashSet::new();
         while let Some(key) = map.next_key::<String>()? {
-            if self.found.is_none() && !seen.insert(key.clone()) {
+            if self.found.is_none() && !seen.insert(folded(&key)) {
                 *self.found = Some(key);
             }
             if self.found.is_some() {
@@ -216,6 +219,19 @@ impl<'de> Visitor<'de> for DupSeed<'_> {
         }
         Ok(())
     }
+}
+
+/// `key` with case folded, so that keys a case-insensitive parser takes for one compare equal:
+/// each character upper-cased, then lower-cased (`ſ` → `S` → `s`, `K` → `k`). It folds more
+/// than Go's simple folding does (`ß` and `ss` meet), which only refuses more.
+fn folded(key: &str) -> String {
+    if key.is_ascii() {
+        return key.to_ascii_lowercase();
+    }
+    key.chars()
+        .flat_map(char::to_uppercase)
+        .flat_map(char::to_lowercase)
+        .collect()
 }
 
 #[cfg(test)]
@@ -279,5 +295,19 @@ mod tests {
             None
         );
         assert!(find_duplicate_key(r#"{"a":1"#).is_err());
+        // Keys a case-insensitive parser (Go's encoding/json) takes for one.
+        for json in [
+            r#"{"name":"search_catalog","NAME":"complete_checkout"}"#,
+            r#"{"arguments":{},"Arguments":{"id":"x"}}"#,
+            r#"{"a":{"id":"mine","iD":"theirs"}}"#,
+            r#"{"argumentſ":1,"arguments":2}"#,
+            r#"{"\u212a":1,"k":2}"#,
+        ] {
+            assert!(find_duplicate_key(json).unwrap().is_some(), "{json}");
+        }
+        assert_eq!(
+            find_duplicate_key(r#"{"id":1,"ids":2,"i_d":3}"#).unwrap(),
+            None
+        );
     }
 }

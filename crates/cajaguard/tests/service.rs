@@ -326,8 +326,23 @@ fn an_agent_reaches_only_the_checkouts_it_made_through_the_service() {
         .as_str()
         .unwrap_or_else(|| panic!("no cart id in {cart}"))
         .to_owned();
+    let alices = alice.create_checkout("trail-socks", 1);
     let before = world.shop_calls().len();
     for (tool, arguments) in [
+        // A shop that read `cart_id` on an update (the schema says omit it) would copy bob's
+        // cart, buyer and all, into alice's checkout.
+        (
+            "update_checkout",
+            json!({ "meta": cajaguard_harness::meta(), "id": alices, "checkout": { "cart_id": cart } }),
+        ),
+        // Arguments a shop might decode from a string: nothing here could have read them.
+        (
+            "create_checkout",
+            json!(
+                json!({ "meta": cajaguard_harness::meta(), "checkout": { "cart_id": cart } })
+                    .to_string()
+            ),
+        ),
         ("get_cart", cajaguard_harness::get_args(&cart)),
         (
             "update_cart",

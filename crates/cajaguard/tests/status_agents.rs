@@ -323,6 +323,13 @@ fn a_session_sees_its_own_status_and_never_another_agents_request() {
     );
     assert_eq!(b.approval_status(&s.b_request), "pending");
     assert_eq!(b.approval_status(&s.a_request), "invalid");
+    // `handle_message` (a stdio shop's fast path, which skips `call_tool`) still holds an agent's
+    // session to its own checkouts: one no agent made is refused before the shop.
+    let read = b.call(
+        "get_checkout",
+        cajaguard_harness::get_args("gid://fixture/Checkout/1"),
+    );
+    assert_eq!(read["cajaguard"]["reason"], "bad_request", "{read}");
 
     // stdio (no agent): every request, as before.
     let mut stdio = Session::new(proxy.clone(), stdio_out);

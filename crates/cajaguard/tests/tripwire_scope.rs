@@ -136,6 +136,20 @@ fn a_duplicate_key_on_any_forwarded_call_is_refused() {
             3,
             r#"{"name":"search_catalog","name":"search_catalog","arguments":{"query":"socks"}}"#,
         ),
+        // Keys a case-insensitive parser (Go's encoding/json: last copy wins) takes for one: to
+        // such a shop the first is a payment that never met the gate, the second reads `Id`.
+        (
+            4,
+            r#"{"name":"search_catalog","NAME":"complete_checkout","arguments":{"query":"socks"}}"#,
+        ),
+        (
+            5,
+            r#"{"name":"get_checkout","arguments":{"id":"gid://fixture/Checkout/1","Id":"gid://fixture/Checkout/2"}}"#,
+        ),
+        (
+            6,
+            r#"{"name":"search_catalog","arguments":{"query":"socks"},"argumentſ":{"query":"4111 1111 1111 1111"}}"#,
+        ),
     ] {
         mcp.send_line(&format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#

@@ -56,33 +56,38 @@ pub(super) fn not_its_own(object: ShopObject) -> Ruling {
 
 impl Proxy {
     /// The refusal of a call that names a checkout, cart or order the shop did not make for
-    /// this session's agent (a `create_checkout` from a cart names the cart), if it is one;
-    /// nothing for stdio, or for a tool that names none.
+    /// this session's agent, if it is one; nothing for stdio, or for a tool that names none. A
+    /// call names what its `id` is (`named_by`), and a cart by `checkout.cart_id` (which
+    /// `create_checkout` converts, and which `update_checkout` must omit but a lenient shop
+    /// might read).
     pub(super) fn foreign_object_refusal(&self, tool: &str, arguments: &Value) -> Option<Ruling> {
         self.agent.as_ref()?;
-        let (object, id) = match (named_by(tool), tool) {
-            (Some(object), _) => match arguments.get("id").and_then(Value::as_str) {
-                Some(id) => (object, id),
-                None => {
-                    return Some(Ruling::new(
-                        Reason::BadRequest,
-                        format!("{tool} needs the {}'s `id` as a string", object.as_str()),
-                    ));
+        if let Some(object) = named_by(tool) {
+            let Some(id) = arguments.get("id").and_then(Value::as_str) else {
+                return Some(Ruling::new(
+                    Reason::BadRequest,
+                    format!("{tool} needs the {}'s `id` as a string", object.as_str()),
+                ));
+            };
+            if let Some(refused) = self.refusal_unless_its_own(tool, object, id) {
+                return Some(refused);
+            }
+        }
+        if matches!(tool, "create_checkout" | "update_checkout") {
+            match arguments.pointer("/checkout/cart_id") {
+                None => {}
+                Some(Value::String(cart)) => {
+                    return self.refusal_unless_its_own(tool, ShopObject::Cart, cart);
                 }
-            },
-            (None, "create_checkout") => match arguments.pointer("/checkout/cart_id") {
-                None => return None,
-                Some(Value::String(cart)) => (ShopObject::Cart, cart.as_str()),
                 Some(_) => {
                     return Some(Ruling::new(
                         Reason::BadRequest,
-                        "create_checkout's `checkout.cart_id` must be a string",
+                        format!("{tool}'s `checkout.cart_id` must be a string"),
                     ));
                 }
-            },
-            (None, _) => return None,
-        };
-        self.refusal_unless_its_own(tool, object, id)
+            }
+        }
+        None
     }
 
     fn refusal_unless_its_own(&self, tool: &str, object: ShopObject, id: &str) -> Option<Ruling> {
@@ -131,13 +136,17 @@ impl Proxy {
         refusal(&ruling)
     }
 
-    /// Records the order a checkout of this session's agent shows (its payment's answer, or a
-    /// later `get_checkout`) as the agent's. The payment is made whatever happens here, so a
-    /// failure only leaves the order no agent's: its `get_order` is refused (fail closed).
-    pub(super) fn bind_order_of(&self, checkout: &Value) {
+    /// Records the order checkout `checkout_id` of this session's agent shows (its payment's
+    /// answer, or a later `get_checkout`) as the agent's; nothing if the shop answered with
+    /// another checkout. The payment is made whatever happens here, so a failure only leaves the
+    /// order no agent's: its `get_order` is refused (fail closed).
+    pub(super) fn bind_order_of(&self, checkout_id: &str, checkout: &Value) {
         let Some(agent) = self.agent.as_ref() else {
             return;
         };
+        if checkout.get("id").and_then(Value::as_str) != Some(checkout_id) {
+            return;
+        }
         let Some(order) = checkout.pointer("/order/id").and_then(Value::as_str) else {
             return;
         };
@@ -153,15 +162,16 @@ impl Proxy {
         }
     }
 
-    /// [`Proxy::bind_order_of`] for a forwarded `get_checkout` answer.
-    pub(super) fn bind_order_shown(&self, answer: &Answer) {
+    /// [`Proxy::bind_order_of`] for a forwarded `get_checkout` of `arguments`.
+    pub(super) fn bind_order_shown(&self, arguments: &Value, answer: &Answer) {
         if self.agent.is_none() {
             return;
         }
         if let Answer::Result(result) = answer
+            && let Some(checkout_id) = arguments.get("id").and_then(Value::as_str)
             && let Some(checkout) = answered_object(result)
         {
-            self.bind_order_of(&checkout);
+            self.bind_order_of(checkout_id, &checkout);
         }
     }
 }

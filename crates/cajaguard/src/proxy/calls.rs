@@ -99,12 +99,24 @@ impl Proxy {
         params: &RawValue,
         era: Era,
     ) -> bool {
+        // A service session's calls are checked against its agent's checkouts, carts and
+        // orders (`agents.rs`) on the ordinary path.
+        if self.agent.is_some() {
+            return false;
+        }
         let Ok(whole) = serde_json::from_str::<serde_json::Value>(params.get()) else {
             return false;
         };
         let Some(name) = whole.get("name").and_then(serde_json::Value::as_str) else {
             return false;
         };
+        // Refused on the ordinary path (`Proxy::call_tool`).
+        if whole
+            .get("arguments")
+            .is_some_and(|a| !(a.is_object() || a.is_null()))
+        {
+            return false;
+        }
         // The gated tool and the ones that change a checkout (they take a lease in the store)
         // take the ordinary path.
         if name == tools::GATED_TOOL || tools::changes_checkout(name) || !tools::is_ucp_tool(name) {

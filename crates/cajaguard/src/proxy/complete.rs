@@ -299,7 +299,7 @@ impl Proxy {
         };
         let settlement = match heard {
             Heard::Completed(checkout) => {
-                self.bind_order_of(&checkout);
+                self.bind_order_of(permit.checkout_id(), &checkout);
                 Settlement::Completed(settle::charge(quote, &checkout))
             }
             Heard::Refused => self.confirm_not_paid(&permit, quote, agent),

@@ -378,6 +378,16 @@ impl Proxy {
             }
         };
         let arguments = call.arguments.unwrap_or(serde_json::Value::Null);
+        if !(arguments.is_object() || arguments.is_null()) {
+            // MCP's `arguments` is an object; a shop that decoded a string or an array would
+            // read what none of the checks here did.
+            let ruling = Ruling::new(
+                Reason::BadRequest,
+                "tools/call `arguments` must be a JSON object",
+            );
+            self.audit_refusal(&cajaguard_core::display::name(&call.name), &ruling);
+            return refusal(&ruling);
+        }
         if let Some(ruling) = self.foreign_object_refusal(&call.name, &arguments) {
             self.audit_refusal(&call.name, &ruling);
             return refusal(&ruling);
@@ -397,7 +407,7 @@ impl Proxy {
                 }
                 let answer = self.forward(id, params.get());
                 if name == "get_checkout" {
-                    self.bind_order_shown(&answer);
+                    self.bind_order_shown(&arguments, &answer);
                 }
                 self.bind_made(name, answer)
             }
