@@ -374,6 +374,74 @@ fn an_agent_reaches_only_the_checkouts_it_made_through_the_service() {
     assert_eq!(verdict(&bob.pay(&checkout)).0, "allow");
 }
 
+/// What an odd shop can do to the binding: hand two agents the same new checkout id (the second
+/// agent is refused it), and answer a payment without saying how it went (the order is bound
+/// when its agent reads the checkout again, and only then readable by that agent).
+#[test]
+fn a_shop_that_repeats_ids_or_loses_an_answer_leaves_each_object_with_one_agent() {
+    let ready = cajaguard_harness::shop_checkout("Trail socks", 1200, 2, "ready_for_complete");
+    let mut done = ready.clone();
+    done["status"] = json!("completed");
+    done["order"] = json!({ "id": "gid://fixture/Order/77", "permalink_url": "https://demo-outfitters.example/orders/77" });
+    let script = json!({ "on": {
+        // Every create answers the same id.
+        "create_checkout": [{ "checkout": ready }],
+        // The gate's read-back, then every later read: completed, with its order.
+        "get_checkout": [{ "checkout": ready, "echo_id": true }, { "checkout": done, "echo_id": true }],
+        // A result that does not say whether it paid.
+        "complete_checkout": [{ "result": { "content": [{ "type": "text", "text": "accepted" }], "isError": false } }],
+        "get_order": [{ "result": { "content": [], "structuredContent": { "id": "gid://fixture/Order/77" }, "isError": false } }],
+    }});
+    let world = World::with_test_shop(script);
+    let url = add_serve(&world.config, json!({}), json!({}));
+    let store = Store::open(&world.home).unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    for (name, token) in [("alice", ALICE), ("bob", BOB)] {
+        let agent = AgentId::parse(name).unwrap();
+        store
+            .add_agent(&agent, token, now, &AuditRecord::new(now, "agent add"))
+            .unwrap();
+    }
+    drop(store);
+    let served = Served::start(&world.config, &url, &[]);
+    let mut alice = HttpMcp::connect(&served.url, ALICE);
+    let mut bob = HttpMcp::connect(&served.url, BOB);
+
+    let checkout = bob.create_checkout("trail-socks", 2);
+    let create = json!({ "meta": cajaguard_harness::meta(), "checkout": { "line_items": cajaguard_harness::line_items("trail-socks", 2) } });
+    let again = alice.call("create_checkout", create);
+    assert_eq!(again["isError"], json!(true), "{again}");
+    assert_eq!(verdict(&again).1, "bad_request", "{again}");
+    assert!(
+        !again.to_string().contains(&checkout),
+        "the id was handed over: {again}"
+    );
+
+    // Bob's payment: the shop's answer says nothing of the outcome, and no order.
+    let paid = bob.pay(&checkout);
+    assert_eq!(verdict(&paid).0, "allow", "{paid}");
+    let order = cajaguard_harness::get_args("gid://fixture/Order/77");
+    let refused = |answer: &serde_json::Value| {
+        answer["isError"] == json!(true) && verdict(answer).1 == "bad_request"
+    };
+    assert!(
+        refused(&bob.call("get_order", order.clone())),
+        "not bound yet"
+    );
+    // Bob reads his checkout: completed, with its order, which is his from then on.
+    let read = bob.call("get_checkout", cajaguard_harness::get_args(&checkout));
+    assert_eq!(
+        read["structuredContent"]["order"]["id"], "gid://fixture/Order/77",
+        "{read}"
+    );
+    let mine = bob.call("get_order", order.clone());
+    assert_eq!(mine["isError"], json!(false), "{mine}");
+    assert!(refused(&alice.call("get_order", order)));
+    assert!(refused(
+        &alice.call("get_checkout", cajaguard_harness::get_args(&checkout))
+    ));
+}
+
 /// Regression (found by the Python SDK's streamable HTTP client in tests/clients): the refusals
 /// before the message (403, 401, 404, 405) were `text/plain`, and the SDK shows any non-JSON
 /// error body as "Server returned an error response", so the agent's operator never learned

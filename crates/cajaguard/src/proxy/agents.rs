@@ -42,7 +42,7 @@ pub(super) fn not_its_own(object: ShopObject) -> Ruling {
         ShopObject::Checkout => "create the checkout through this gate",
         ShopObject::Cart => "create the cart through this gate",
         ShopObject::Order => {
-            "an order is this agent's when its own payment through this gate placed it"
+            "an order is this agent's once its own payment through this gate placed it (if the payment's answer was lost, read the checkout with get_checkout first)"
         }
     };
     Ruling::new(
@@ -167,7 +167,10 @@ impl Proxy {
         if self.agent.is_none() {
             return;
         }
+        // Most reads show no order: they are not parsed a second time for one. (Not `"order"`
+        // with its quotes: in a text part they are escaped.)
         if let Answer::Result(result) = answer
+            && result.contains("order")
             && let Some(checkout_id) = arguments.get("id").and_then(Value::as_str)
             && let Some(checkout) = answered_object(result)
         {
