@@ -15,6 +15,32 @@ pub const PLATFORM_FIELDS_ON_COMPLETE: &[&str] = &["payment", "signals", "attrib
 /// names `buyer` business-owned. A test derives this list from the pinned extension schemas.
 pub const EXTENSION_FIELDS_ON_COMPLETE: &[&str] = &["ap2"];
 
+/// The arguments each UCP tool of the pinned `mcp.openrpc.json` takes (its `params`), checked
+/// against the file by the `pinned_ucp` test.
+pub const PINNED_ARGUMENTS: &[(&str, &[&str])] = &[
+    ("create_checkout", &["meta", "checkout"]),
+    ("get_checkout", &["meta", "id"]),
+    ("update_checkout", &["meta", "id", "checkout"]),
+    ("complete_checkout", &["meta", "id", "checkout"]),
+    ("cancel_checkout", &["meta", "id"]),
+    ("create_cart", &["meta", "cart"]),
+    ("get_cart", &["meta", "id"]),
+    ("update_cart", &["meta", "id", "cart"]),
+    ("cancel_cart", &["meta", "id"]),
+    ("search_catalog", &["meta", "catalog"]),
+    ("lookup_catalog", &["meta", "catalog"]),
+    ("get_product", &["meta", "catalog"]),
+    ("get_order", &["meta", "id"]),
+];
+
+/// The arguments `tool` takes, if it is one of the pinned UCP tools.
+pub fn pinned_arguments(tool: &str) -> Option<&'static [&'static str]> {
+    PINNED_ARGUMENTS
+        .iter()
+        .find(|(name, _)| *name == tool)
+        .map(|(_, arguments)| *arguments)
+}
+
 /// One `checkout.payment.instruments[]` entry as the request digest sees it: which instrument and
 /// which handler, never its credential.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

@@ -6,7 +6,9 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use cajaguard_core::request::{EXTENSION_FIELDS_ON_COMPLETE, PLATFORM_FIELDS_ON_COMPLETE};
+use cajaguard_core::request::{
+    EXTENSION_FIELDS_ON_COMPLETE, PINNED_ARGUMENTS, PLATFORM_FIELDS_ON_COMPLETE, pinned_arguments,
+};
 use serde_json::Value;
 
 fn ucp_dir() -> PathBuf {
@@ -166,6 +168,20 @@ fn quote_field_names_exist_in_the_pinned_schemas() {
         .map(|p| p["name"].as_str().unwrap())
         .collect();
     assert_eq!(params, BTreeSet::from(["meta", "id", "checkout"]));
+    // Every tool's arguments, as the service holds an agent's calls to them.
+    let methods = rpc["methods"].as_array().unwrap();
+    assert_eq!(methods.len(), PINNED_ARGUMENTS.len());
+    for method in methods {
+        let name = method["name"].as_str().unwrap();
+        let params: BTreeSet<&str> = method["params"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        let pinned = pinned_arguments(name).unwrap_or_else(|| panic!("{name} is not pinned"));
+        assert_eq!(params, pinned.iter().copied().collect(), "{name}");
+    }
     let meta = &rpc["components"]["schemas"]["meta"]["properties"];
     assert!(meta.get("ucp-agent").is_some() && meta.get("idempotency-key").is_some());
 }

@@ -357,6 +357,21 @@ fn an_agent_reaches_only_the_checkouts_it_made_through_the_service() {
         let answer = alice.call(tool, arguments);
         assert!(refused(&answer), "{tool}: {answer}");
     }
+    // An argument the pinned tool does not take, which a shop might read an id from.
+    for (tool, arguments) in [
+        (
+            "get_checkout",
+            json!({ "meta": cajaguard_harness::meta(), "id": alices, "checkout_id": bobs }),
+        ),
+        (
+            "get_cart",
+            json!({ "meta": cajaguard_harness::meta(), "id": "x", "cart_id": cart }),
+        ),
+    ] {
+        let answer = alice.call(tool, arguments);
+        assert_eq!(answer["isError"], json!(true), "{tool}: {answer}");
+        assert_eq!(verdict(&answer).1, "request_field_not_allowed", "{answer}");
+    }
     assert_eq!(
         world.shop_calls().len(),
         before,

@@ -8,6 +8,7 @@
 //! cancel it, or read it. `cajaguard mcp` on stdio is one user with no agent: it neither records
 //! nor checks.
 
+use cajaguard_core::request::pinned_arguments;
 use cajaguard_core::verdict::{Reason, Ruling};
 use serde_json::Value;
 
@@ -62,6 +63,27 @@ impl Proxy {
     /// might read).
     pub(super) fn foreign_object_refusal(&self, tool: &str, arguments: &Value) -> Option<Ruling> {
         self.agent.as_ref()?;
+        if named_by(tool).is_some() || made_by(tool).is_some() {
+            // Only what the pinned tool takes: a shop that also read an id from a field of its
+            // own (a `checkout_id` beside `id`) would be pointed where no check here looked.
+            if let (Some(pinned), Some(given)) = (pinned_arguments(tool), arguments.as_object()) {
+                let unknown: Vec<String> = given
+                    .keys()
+                    .filter(|key| !pinned.contains(&key.as_str()))
+                    .map(|key| cajaguard_core::display::name(key))
+                    .collect();
+                if !unknown.is_empty() {
+                    return Some(Ruling::new(
+                        Reason::RequestFieldNotAllowed,
+                        format!(
+                            "through the service, {tool} takes only {}; not {}",
+                            pinned.join(", "),
+                            unknown.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
         if let Some(object) = named_by(tool) {
             let Some(id) = arguments.get("id").and_then(Value::as_str) else {
                 return Some(Ruling::new(
@@ -226,7 +248,7 @@ mod tests {
 
     #[test]
     fn every_ucp_tool_that_names_or_makes_an_object_is_known_here() {
-        for tool in super::super::tools::UCP_TOOLS {
+        for (tool, _) in cajaguard_core::request::PINNED_ARGUMENTS {
             let covered = named_by(tool).is_some()
                 || made_by(tool).is_some()
                 || matches!(

@@ -1,30 +1,15 @@
 //! Which tools the agent sees: the UCP shopping tools the shop offers, unchanged, and CajaGuard's
 //! own two read-only tools. Nothing else reaches the shop.
 
-/// The UCP shopping tools of the pinned `mcp.openrpc.json`.
-pub const UCP_TOOLS: &[&str] = &[
-    "create_checkout",
-    "get_checkout",
-    "update_checkout",
-    "complete_checkout",
-    "cancel_checkout",
-    "create_cart",
-    "get_cart",
-    "update_cart",
-    "cancel_cart",
-    "search_catalog",
-    "lookup_catalog",
-    "get_product",
-    "get_order",
-];
-
 pub const GATED_TOOL: &str = "complete_checkout";
 pub const STATUS_TOOL: &str = "cajaguard_status";
 pub const APPROVAL_STATUS_TOOL: &str = "cajaguard_approval_status";
 pub const FREEZE_TOOL: &str = "cajaguard_freeze";
 
+/// One of the UCP shopping tools of the pinned `mcp.openrpc.json`
+/// (`cajaguard_core::request::PINNED_ARGUMENTS`, checked against the file).
 pub fn is_ucp_tool(name: &str) -> bool {
-    UCP_TOOLS.contains(&name)
+    cajaguard_core::request::pinned_arguments(name).is_some()
 }
 
 /// The tools that change a checkout's basket or end it: refused while a payment holds it.
