@@ -107,9 +107,10 @@ impl CompleteRequest {
         };
         // Only what the pinned `complete_checkout` takes: anything else would reach the shop
         // unchecked, and outside the request digest.
+        let pinned = pinned_arguments("complete_checkout").unwrap_or(&[]);
         let unknown: Vec<String> = obj
             .keys()
-            .filter(|k| !matches!(k.as_str(), "meta" | "id" | "checkout"))
+            .filter(|k| !pinned.contains(&k.as_str()))
             .map(|k| shown_name(k))
             .collect();
         if !unknown.is_empty() {

@@ -28,6 +28,13 @@ fn two_agents() -> (World, Served) {
             "USD": { "approval_above": "50.00", "per_transaction": "100.00", "window": "150.00" }
         } }),
     );
+    add_alice_and_bob(&world);
+    let served = Served::start(&world.config, &url, &[]);
+    (world, served)
+}
+
+/// Gives alice and bob their tokens in `world`'s store; the store, for more setup.
+fn add_alice_and_bob(world: &World) -> Store {
     let store = Store::open(&world.home).unwrap();
     let now = time::OffsetDateTime::now_utc();
     for (name, token) in [("alice", ALICE), ("bob", BOB)] {
@@ -38,9 +45,7 @@ fn two_agents() -> (World, Served) {
                 .unwrap()
         );
     }
-    drop(store);
-    let served = Served::start(&world.config, &url, &[]);
-    (world, served)
+    store
 }
 
 fn create_body() -> String {
@@ -409,15 +414,7 @@ fn a_shop_that_repeats_ids_or_loses_an_answer_leaves_each_object_with_one_agent(
     }});
     let world = World::with_test_shop(script);
     let url = add_serve(&world.config, json!({}), json!({}));
-    let store = Store::open(&world.home).unwrap();
-    let now = time::OffsetDateTime::now_utc();
-    for (name, token) in [("alice", ALICE), ("bob", BOB)] {
-        let agent = AgentId::parse(name).unwrap();
-        store
-            .add_agent(&agent, token, now, &AuditRecord::new(now, "agent add"))
-            .unwrap();
-    }
-    drop(store);
+    add_alice_and_bob(&world);
     let served = Served::start(&world.config, &url, &[]);
     let mut alice = HttpMcp::connect(&served.url, ALICE);
     let mut bob = HttpMcp::connect(&served.url, BOB);
@@ -838,14 +835,8 @@ fn slow_shop_service(delay_ms: u64) -> (World, Served) {
     slow["delay_ms"] = json!(delay_ms);
     let world = World::with_test_shop(cajaguard_harness::test_shop_script(&ready, vec![slow]));
     let url = add_serve(&world.config, json!({}), json!({}));
-    let store = Store::open(&world.home).unwrap();
+    let store = add_alice_and_bob(&world);
     let now = time::OffsetDateTime::now_utc();
-    for (name, token) in [("alice", ALICE), ("bob", BOB)] {
-        let agent = AgentId::parse(name).unwrap();
-        store
-            .add_agent(&agent, token, now, &AuditRecord::new(now, "agent add"))
-            .unwrap();
-    }
     // The test shop makes no checkouts: bob's are recorded as his, as his create_checkout
     // through the service would have.
     let bob = AgentId::parse("bob").unwrap();
