@@ -41,6 +41,63 @@ pub fn pinned_arguments(tool: &str) -> Option<&'static [&'static str]> {
         .map(|(_, arguments)| *arguments)
 }
 
+/// The fields of a checkout that the shop sets and a request omits (`ucp_request` is `omit` for
+/// create and for update, in the pinned `checkout.json` and its extensions).
+const CHECKOUT_FIELDS_THE_SHOP_SETS: &[&str] = &[
+    "ucp",
+    "id",
+    "status",
+    "currency",
+    "totals",
+    "actions",
+    "messages",
+    "links",
+    "policies",
+    "expires_at",
+    "continue_url",
+    "order",
+    "ap2",
+];
+
+/// What a checkout update omits besides: the cart it was made from (`cart.json`'s `cart_id`,
+/// which only create may name).
+const CHECKOUT_FIELDS_THE_SHOP_SETS_ON_UPDATE: &[&str] = &["cart_id"];
+
+/// The fields of a cart that the shop sets and a request omits (`cart.json`).
+const CART_FIELDS_THE_SHOP_SETS: &[&str] = &[
+    "ucp",
+    "id",
+    "currency",
+    "totals",
+    "actions",
+    "messages",
+    "links",
+    "policies",
+    "continue_url",
+    "expires_at",
+];
+
+/// For a tool that sends a checkout or cart object: the argument that holds it, and the fields of
+/// it that the pinned UCP schemas say a request omits because the shop sets them (`id` above all,
+/// which a lenient shop might read in place of the `id` argument). The `pinned_ucp` test derives
+/// these lists from the schemas.
+pub fn fields_the_shop_sets(
+    tool: &str,
+) -> Option<(&'static str, &'static [&'static [&'static str]])> {
+    match tool {
+        "create_checkout" => Some(("checkout", &[CHECKOUT_FIELDS_THE_SHOP_SETS])),
+        "update_checkout" => Some((
+            "checkout",
+            &[
+                CHECKOUT_FIELDS_THE_SHOP_SETS,
+                CHECKOUT_FIELDS_THE_SHOP_SETS_ON_UPDATE,
+            ],
+        )),
+        "create_cart" | "update_cart" => Some(("cart", &[CART_FIELDS_THE_SHOP_SETS])),
+        _ => None,
+    }
+}
+
 /// One `checkout.payment.instruments[]` entry as the request digest sees it: which instrument and
 /// which handler, never its credential.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

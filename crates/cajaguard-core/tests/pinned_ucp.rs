@@ -7,7 +7,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use cajaguard_core::request::{
-    EXTENSION_FIELDS_ON_COMPLETE, PINNED_ARGUMENTS, PLATFORM_FIELDS_ON_COMPLETE, pinned_arguments,
+    EXTENSION_FIELDS_ON_COMPLETE, PINNED_ARGUMENTS, PLATFORM_FIELDS_ON_COMPLETE,
+    fields_the_shop_sets, pinned_arguments,
 };
 use serde_json::Value;
 
@@ -172,4 +173,77 @@ fn quote_field_names_exist_in_the_pinned_schemas() {
     }
     let meta = &rpc["components"]["schemas"]["meta"]["properties"];
     assert!(meta.get("ucp-agent").is_some() && meta.get("idempotency-key").is_some());
+}
+
+/// `ucp_request` says a request leaves the field out on `operation` (`"omit"`, or an object whose
+/// `operation` entry is `"omit"`).
+fn omitted_on(annotation: Option<&Value>, operation: &str) -> bool {
+    match annotation {
+        Some(Value::String(s)) => s == "omit",
+        Some(Value::Object(o)) => o.get(operation).and_then(Value::as_str) == Some("omit"),
+        _ => false,
+    }
+}
+
+/// The fields of `object` (`checkout` or `cart`) a request leaves out on `operation`: from the
+/// object's own schema and from every extension of it in the pinned shopping schemas.
+fn omitted_fields(object: &str, operation: &str) -> BTreeSet<String> {
+    let mut omitted = BTreeSet::new();
+    let mut add = |props: &serde_json::Map<String, Value>| {
+        for (name, prop) in props {
+            if omitted_on(prop.get("ucp_request"), operation) {
+                omitted.insert(name.clone());
+            }
+        }
+    };
+    let own = read(&format!("source/schemas/shopping/{object}.json"));
+    add(own["properties"].as_object().unwrap());
+    let extended = format!("dev.ucp.shopping.{object}");
+    let dir = ucp_dir().join("source/schemas/shopping");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let Some(defs) = schema.get("$defs").and_then(Value::as_object) else {
+            continue;
+        };
+        for (name, def) in defs {
+            // cart.json extends the checkout under `checkout` (its `cart_id`).
+            let extends = *name == extended || (object == "checkout" && name == "checkout");
+            for part in def["allOf"].as_array().into_iter().flatten() {
+                if let (true, Some(props)) = (extends, part["properties"].as_object()) {
+                    add(props);
+                }
+            }
+        }
+    }
+    omitted
+}
+
+#[test]
+fn the_fields_the_shop_sets_come_from_the_schemas() {
+    for (tool, object, operation) in [
+        ("create_checkout", "checkout", "create"),
+        ("update_checkout", "checkout", "update"),
+        ("create_cart", "cart", "create"),
+        ("update_cart", "cart", "update"),
+    ] {
+        let (argument, lists) = fields_the_shop_sets(tool).unwrap_or_else(|| panic!("{tool}"));
+        assert_eq!(argument, object, "{tool}");
+        let ours: BTreeSet<String> = lists
+            .iter()
+            .flat_map(|fields| fields.iter().map(|f| (*f).to_owned()))
+            .collect();
+        assert_eq!(
+            ours,
+            omitted_fields(object, operation),
+            "fields_the_shop_sets({tool}) drifted from the pinned schemas"
+        );
+        assert!(ours.contains("id"), "{tool}");
+    }
+    for tool in ["complete_checkout", "get_checkout", "search_catalog"] {
+        assert!(fields_the_shop_sets(tool).is_none(), "{tool}");
+    }
 }

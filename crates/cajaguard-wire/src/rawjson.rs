@@ -224,7 +224,7 @@ impl<'de> Visitor<'de> for DupSeed<'_> {
 /// `key` with case folded, so that keys a case-insensitive parser takes for one compare equal:
 /// each character upper-cased, then lower-cased (`ſ` → `S` → `s`, `K` → `k`). It folds more
 /// than Go's simple folding does (`ß` and `ss` meet), which only refuses more.
-fn folded(key: &str) -> String {
+pub fn folded(key: &str) -> String {
     if key.is_ascii() {
         return key.to_ascii_lowercase();
     }

@@ -334,12 +334,6 @@ fn an_agent_reaches_only_the_checkouts_it_made_through_the_service() {
     let alices = alice.create_checkout("trail-socks", 1);
     let before = world.shop_calls().len();
     for (tool, arguments) in [
-        // A shop that read `cart_id` on an update (the schema says omit it) would copy bob's
-        // cart, buyer and all, into alice's checkout.
-        (
-            "update_checkout",
-            json!({ "meta": cajaguard_harness::meta(), "id": alices, "checkout": { "cart_id": cart } }),
-        ),
         // Arguments a shop might decode from a string: nothing here could have read them.
         (
             "create_checkout",
@@ -362,8 +356,32 @@ fn an_agent_reaches_only_the_checkouts_it_made_through_the_service() {
         let answer = alice.call(tool, arguments);
         assert!(refused(&answer), "{tool}: {answer}");
     }
-    // An argument the pinned tool does not take, which a shop might read an id from.
+    // An argument the pinned tool does not take, or a field the shop sets (the schemas say a
+    // request omits it), which a shop might read an id from. A shop that read `cart_id` on an
+    // update would copy bob's cart, buyer and all, into alice's checkout; one that read
+    // `checkout.id` (or, ignoring case, `ID`) would update bob's.
+    let with_line_items = |field: &str, value: &str| json!({ "line_items": cajaguard_harness::line_items("day-pack", 1), field: value });
     for (tool, arguments) in [
+        (
+            "update_checkout",
+            json!({ "meta": cajaguard_harness::meta(), "id": alices, "checkout": { "cart_id": cart } }),
+        ),
+        (
+            "update_checkout",
+            json!({ "meta": cajaguard_harness::meta(), "id": alices, "checkout": with_line_items("id", &bobs) }),
+        ),
+        (
+            "update_checkout",
+            json!({ "meta": cajaguard_harness::meta(), "id": alices, "checkout": with_line_items("ID", &bobs) }),
+        ),
+        (
+            "create_checkout",
+            json!({ "meta": cajaguard_harness::meta(), "checkout": with_line_items("id", &bobs) }),
+        ),
+        (
+            "update_cart",
+            json!({ "meta": cajaguard_harness::meta(), "id": "x", "cart": with_line_items("Id", &cart) }),
+        ),
         (
             "get_checkout",
             json!({ "meta": cajaguard_harness::meta(), "id": alices, "checkout_id": bobs }),

@@ -8,8 +8,9 @@
 //! cancel it, or read it. `cajaguard mcp` on stdio is one user with no agent: it neither records
 //! nor checks.
 
-use cajaguard_core::request::pinned_arguments;
+use cajaguard_core::request::{fields_the_shop_sets, pinned_arguments};
 use cajaguard_core::verdict::{Reason, Ruling};
+use cajaguard_wire::rawjson::folded;
 use serde_json::Value;
 
 use super::{Answer, Proxy, refusal};
@@ -55,12 +56,48 @@ pub(super) fn not_its_own(object: ShopObject) -> Ruling {
     )
 }
 
+/// The refusal of a service session's checkout or cart that carries a field the shop sets
+/// (`request::fields_the_shop_sets`): a shop that read `checkout.id` in place of the `id`
+/// argument would be pointed at a checkout no check here looked at. Names are compared with case
+/// folded, as a case-insensitive parser would read them (`ID` for `id`).
+fn shop_set_field_refusal(tool: &str, arguments: &Value) -> Option<Ruling> {
+    let (argument, lists) = fields_the_shop_sets(tool)?;
+    let object = match arguments.get(argument) {
+        None => return None,
+        Some(Value::Object(object)) => object,
+        Some(_) => {
+            return Some(Ruling::new(
+                Reason::BadRequest,
+                format!("{tool}'s `{argument}` must be a JSON object"),
+            ));
+        }
+    };
+    let set: Vec<String> = object
+        .keys()
+        .filter(|key| {
+            let key = folded(key);
+            lists.iter().any(|fields| fields.contains(&key.as_str()))
+        })
+        .map(|key| cajaguard_core::display::name(key))
+        .collect();
+    if set.is_empty() {
+        return None;
+    }
+    Some(Ruling::new(
+        Reason::RequestFieldNotAllowed,
+        format!(
+            "through the service, {tool}'s `{argument}` leaves out what the shop sets; not {}",
+            set.join(", ")
+        ),
+    ))
+}
+
 impl Proxy {
     /// The refusal of a call that names a checkout, cart or order the shop did not make for
     /// this session's agent, if it is one; nothing for stdio, or for a tool that names none. A
-    /// call names what its `id` is (`named_by`), and a cart by `checkout.cart_id` (which
-    /// `create_checkout` converts, and which `update_checkout` must omit but a lenient shop
-    /// might read).
+    /// call names what its `id` is (`named_by`), and `create_checkout` a cart by
+    /// `checkout.cart_id` (which it converts; `update_checkout` must omit it, as every field the
+    /// shop sets).
     pub(super) fn foreign_object_refusal(&self, tool: &str, arguments: &Value) -> Option<Ruling> {
         self.agent.as_ref()?;
         if named_by(tool).is_some() || made_by(tool).is_some() {
@@ -84,6 +121,9 @@ impl Proxy {
                 }
             }
         }
+        if let Some(refused) = shop_set_field_refusal(tool, arguments) {
+            return Some(refused);
+        }
         if let Some(object) = named_by(tool) {
             let Some(id) = arguments.get("id").and_then(Value::as_str) else {
                 return Some(Ruling::new(
@@ -95,7 +135,7 @@ impl Proxy {
                 return Some(refused);
             }
         }
-        if matches!(tool, "create_checkout" | "update_checkout") {
+        if tool == "create_checkout" {
             match arguments.pointer("/checkout/cart_id") {
                 None => {}
                 Some(Value::String(cart)) => {
