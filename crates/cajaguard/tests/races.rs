@@ -163,10 +163,19 @@ fn a_postgres_outage_refuses_payments_and_service_resumes() {
     database.take_down();
     for _ in 0..2 {
         let started = std::time::Instant::now();
-        let (v, reason, _) = verdict(&mcp.pay(&during));
+        let answer = mcp.pay(&during);
+        let (v, reason, _) = verdict(&answer);
         assert_eq!(
             (v.as_str(), reason.as_str()),
             ("denied", "store_unavailable")
+        );
+        // Where the gate's state lives, and what the driver said, are the operator's (the log's).
+        let detail = answer["structuredContent"]["cajaguard"]["detail"].to_string();
+        assert!(
+            detail.contains("unreachable")
+                && !detail.contains(&database.name)
+                && !detail.contains("127.0.0.1"),
+            "{detail}"
         );
         assert!(
             started.elapsed() < std::time::Duration::from_secs(5),

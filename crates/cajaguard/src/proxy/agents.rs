@@ -157,10 +157,16 @@ impl Proxy {
         match self.store.agent_of(object, id) {
             Ok(Some(holder)) if holder == *agent => None,
             Ok(_) => Some(not_its_own(object)),
-            Err(e) => Some(Ruling::new(
-                Reason::StoreUnavailable,
-                format!("the CajaGuard store failed, so {tool} was not forwarded: {e}"),
-            )),
+            Err(e) => {
+                tracing::error!(
+                    "store failed reading whose {} this is: {e}",
+                    object.as_str()
+                );
+                Some(Ruling::new(
+                    Reason::StoreUnavailable,
+                    format!("{tool} was not forwarded: {}", e.for_agent()),
+                ))
+            }
         }
     }
 
@@ -187,12 +193,16 @@ impl Proxy {
                     "the shop answered {tool} with the id of a {object_name} made for another agent through CajaGuard; it is not handed over, make another"
                 ),
             ),
-            Err(e) => Ruling::new(
-                Reason::StoreUnavailable,
-                format!(
-                    "the shop made the {object_name} but the CajaGuard store failed to record it as this agent's, so it is not handed over (it would be refused when used); make another: {e}"
-                ),
-            ),
+            Err(e) => {
+                tracing::error!("store failed recording a {object_name} as its agent's: {e}");
+                Ruling::new(
+                    Reason::StoreUnavailable,
+                    format!(
+                        "the shop made the {object_name} but it could not be recorded as this agent's, so it is not handed over (it would be refused when used); make another: {}",
+                        e.for_agent()
+                    ),
+                )
+            }
         };
         self.audit_refusal(tool, &ruling);
         refusal(&ruling)

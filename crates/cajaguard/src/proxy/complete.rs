@@ -258,10 +258,7 @@ impl Proxy {
                 Reason::PaymentInFlight,
                 "another attempt took over this checkout's claim before the gate decided; nothing was forwarded",
             )),
-            Err(e) => {
-                tracing::error!("store failed during the gate: {e}");
-                Err(store_failed(&e))
-            }
+            Err(e) => Err(store_failed(&e)),
         }
     }
 
@@ -428,10 +425,12 @@ impl Proxy {
     }
 }
 
+/// The refusal of a payment the store failed; what failed goes to the log, not to the agent.
 fn store_failed(e: &StoreError) -> Ruling {
+    tracing::error!("store failed on a payment: {e}");
     Ruling::new(
         Reason::StoreUnavailable,
-        format!("the CajaGuard store failed, so nothing was paid: {e}"),
+        format!("nothing was paid: {}", e.for_agent()),
     )
 }
 

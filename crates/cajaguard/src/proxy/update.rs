@@ -62,9 +62,10 @@ impl Proxy {
                 return refusal(&ruling);
             }
             Err(e) => {
+                tracing::error!("store failed taking {tool}'s lease: {e}");
                 let ruling = Ruling::new(
                     Reason::StoreUnavailable,
-                    format!("the CajaGuard store failed, so {tool} was not forwarded: {e}"),
+                    format!("{tool} was not forwarded: {}", e.for_agent()),
                 );
                 self.audit_refusal(tool, &ruling);
                 return refusal(&ruling);

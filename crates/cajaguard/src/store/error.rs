@@ -132,6 +132,23 @@ impl StoreError {
         )
     }
 
+    /// What an agent is told when the store failed its call: what kind of failure and what to
+    /// do, without the database's address, the home's path or the driver's words. Those are the
+    /// operator's, and go to the log: an agent of the service is not told where the gate's state
+    /// lives.
+    pub fn for_agent(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable { .. } => {
+                "the gate's store is unreachable (the operator's log says why); retry later"
+            }
+            StoreError::Busy { .. } => "the gate's store stayed busy; retry",
+            StoreError::ClaimLost => {
+                "another attempt took over this checkout's claim; send the payment again"
+            }
+            _ => "the gate's store failed (the operator's log says why); retry later",
+        }
+    }
+
     /// The message already says what to do, so the CLI adds no hint that repeats it.
     pub fn says_what_to_do(&self) -> bool {
         self.hint().is_none()
