@@ -119,9 +119,14 @@ fn service_throughput(args: &Args) -> Result<bool> {
     let root = workspace_root();
     build_binaries(&root)?;
     let scratch = scratch(&root, "service-throughput-")?;
-    let per_agent = sizes(args).service_payments_per_agent;
+    let sizes = sizes(args);
     let busy_before = throughput::cpu_busy_fraction_since(None);
-    let result = throughput_service::run(scratch.path(), per_agent, &|p| eprintln!("{p}"))?;
+    let result = throughput_service::run(
+        scratch.path(),
+        sizes.service_payments_per_agent,
+        sizes.service_rounds,
+        &|p| eprintln!("{p}"),
+    )?;
     let busy = throughput::cpu_busy_fraction_since(busy_before.1);
     let Some(t) = result else {
         bail!("{} is not set", cajaguard_harness::pg::ENV);
@@ -139,6 +144,10 @@ fn service_throughput(args: &Args) -> Result<bool> {
             load.latency.p50_ns / 1e6
         );
     }
+    println!(
+        "every round's decisions/s: 2 processes {:.0?}, 1 process {:.0?}",
+        t.two_rounds, t.one_rounds
+    );
     println!(
         "PostgreSQL commit floor p50 {:.1} µs; machine CPU busy over both runs: {:.0}%",
         t.pg_commit.p50_ns / 1e3,
@@ -316,8 +325,12 @@ fn report(args: &Args) -> Result<bool> {
     let throughput_seconds = phase.elapsed().as_secs_f64();
 
     let phase = Instant::now();
-    let service_throughput =
-        throughput_service::run(scratch.path(), sizes.service_payments_per_agent, &progress);
+    let service_throughput = throughput_service::run(
+        scratch.path(),
+        sizes.service_payments_per_agent,
+        sizes.service_rounds,
+        &progress,
+    );
     let service_throughput_seconds = phase.elapsed().as_secs_f64();
 
     let run = render::Run {

@@ -3,7 +3,9 @@
 //! Streamable HTTP against a global window that fits half of all payments and agent windows that
 //! fit three quarters of each agent's. Counts gated decisions per second and overspend (globally
 //! and per agent, from the store: must be 0), beside two floors measured in the same run: the
-//! same load on one service process, and one PostgreSQL commit round trip.
+//! same load on one service process, and one PostgreSQL commit round trip. Loads last about a
+//! second each, so the run is several rounds of both, interleaved, and each figure is its median
+//! round (every round's rate is kept beside it).
 //!
 //! Each service's shop is the test shop answering from memory (a child of each process), so the
 //! run measures the service, the gate and the shared store. Needs `CAJAGUARD_TEST_POSTGRES_URL`
@@ -54,10 +56,20 @@ pub struct ServiceThroughput {
     pub payments_per_agent: usize,
     pub window_minor: i64,
     pub agent_window_minor: i64,
-    /// 16 agents on 2 processes: the figure.
+    /// Rounds run, each a 1-process then a 2-process load on fresh stores.
+    pub rounds: usize,
+    /// 16 agents on 2 processes: the figure, the round with the median decisions/s.
     pub two: Load,
-    /// The same load on 1 process: a floor.
+    /// The same load on 1 process, the median round: a floor.
     pub one: Load,
+    /// Every round's decisions/s, in the order run: 2 processes, then 1.
+    pub two_rounds: Vec<f64>,
+    pub one_rounds: Vec<f64>,
+    /// The largest overspend of any round, globally and per agent (minor units): must be 0.
+    pub worst_overspend_minor: i64,
+    pub worst_agent_overspend_minor: i64,
+    /// Rulings other than allow and over_window_cap in any round: must be 0.
+    pub others: usize,
     /// One `INSERT` committed (a WAL flush) on the same server: the other floor.
     pub pg_commit: Summary,
     /// Two processes' decisions/s over one's.
@@ -68,16 +80,27 @@ pub struct ServiceThroughput {
 
 impl ServiceThroughput {
     pub fn overspend(&self) -> bool {
-        [&self.two, &self.one]
-            .iter()
-            .any(|l| l.overspend_minor > 0 || l.agent_overspend_minor > 0)
+        self.worst_overspend_minor > 0 || self.worst_agent_overspend_minor > 0
     }
+}
+
+/// The load with the median decisions/s (the upper one of an even count), and every load's rate.
+fn median(mut loads: Vec<Load>) -> Result<(Load, Vec<f64>)> {
+    let rates = loads.iter().map(|l| l.decisions_per_second).collect();
+    loads.sort_by(|a, b| a.decisions_per_second.total_cmp(&b.decisions_per_second));
+    let middle = loads.len() / 2;
+    let load = loads
+        .into_iter()
+        .nth(middle)
+        .ok_or_else(|| anyhow!("no load was run"))?;
+    Ok((load, rates))
 }
 
 /// `Ok(None)`: no PostgreSQL configured.
 pub fn run(
     scratch: &Path,
     per_agent: usize,
+    rounds: usize,
     progress: &dyn Fn(&str),
 ) -> Result<Option<ServiceThroughput>> {
     let Some(base) = pg::base_url() else {
@@ -87,13 +110,14 @@ pub fn run(
         ));
         return Ok(None);
     };
-    caught(|| measure(scratch, &base, per_agent, progress)).map(Some)
+    caught(|| measure(scratch, &base, per_agent, rounds, progress)).map(Some)
 }
 
 fn measure(
     scratch: &Path,
     base: &str,
     per_agent: usize,
+    rounds: usize,
     progress: &dyn Fn(&str),
 ) -> Result<ServiceThroughput> {
     let decisions = AGENTS * per_agent;
@@ -113,40 +137,59 @@ fn measure(
         Summary::of(&samples)
     };
 
-    let mut loads = Vec::new();
-    for processes in [1, 2] {
-        progress(&format!(
-            "service throughput: {AGENTS} agents on {processes} cajaguard serve x {per_agent} payments of USD 24.00, one PostgreSQL"
-        ));
-        loads.push(load(
-            scratch,
-            base,
-            processes,
-            per_agent,
-            window_minor,
-            agent_window_minor,
-        )?);
+    // The two loads interleaved, round after round, so that a slow stretch of the machine
+    // weighs on both.
+    let (mut ones, mut twos) = (Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        for processes in [1, 2] {
+            progress(&format!(
+                "service throughput, round {round} of {rounds}: {AGENTS} agents on {processes} cajaguard serve x {per_agent} payments of USD 24.00, one PostgreSQL"
+            ));
+            let run = load(
+                scratch,
+                base,
+                processes,
+                per_agent,
+                window_minor,
+                agent_window_minor,
+            )?;
+            if processes == 1 {
+                ones.push(run);
+            } else {
+                twos.push(run);
+            }
+        }
     }
-    let two = loads.pop().ok_or_else(|| anyhow!("no two-process run"))?;
-    let one = loads.pop().ok_or_else(|| anyhow!("no one-process run"))?;
+    let all = || ones.iter().chain(&twos);
+    let worst_overspend_minor = all().map(|l| l.overspend_minor).max().unwrap_or(0);
+    let worst_agent_overspend_minor = all().map(|l| l.agent_overspend_minor).max().unwrap_or(0);
+    let others = all().map(|l| l.other).sum();
+    let (two, two_rounds) = median(twos)?;
+    let (one, one_rounds) = median(ones)?;
     let ratio_to_one = if one.decisions_per_second > 0.0 {
         two.decisions_per_second / one.decisions_per_second
     } else {
         0.0
     };
     let met = two.decisions_per_second >= 1000.0
-        && two.overspend_minor == 0
-        && two.agent_overspend_minor == 0;
+        && worst_overspend_minor == 0
+        && worst_agent_overspend_minor == 0;
     Ok(ServiceThroughput {
         agents: AGENTS,
         payments_per_agent: per_agent,
         window_minor,
         agent_window_minor,
+        rounds,
         two,
         one,
+        two_rounds,
+        one_rounds,
+        worst_overspend_minor,
+        worst_agent_overspend_minor,
+        others,
         pg_commit,
         ratio_to_one,
-        target: ">= 1,000 gated decisions/s, 16 agents on 2 processes, 0 overspend".into(),
+        target: ">= 1,000 gated decisions/s (median round), 16 agents on 2 processes, 0 overspend in every round".into(),
         met,
     })
 }

@@ -33,6 +33,9 @@ pub struct Sizes {
     pub service_round_trip: usize,
     /// Payments per agent in the service throughput run (16 agents).
     pub service_payments_per_agent: usize,
+    /// Rounds of the service throughput run (each a 1-process and a 2-process load, interleaved):
+    /// one load lasts about a second, so one alone is mostly this VM's noise.
+    pub service_rounds: usize,
     pub process: usize,
     pub big_ledger_rows: u64,
 }
@@ -47,6 +50,7 @@ impl Sizes {
             fixture_round_trip: 200,
             service_round_trip: 2_000,
             service_payments_per_agent: 60,
+            service_rounds: 5,
             process: 50,
             big_ledger_rows: 1_000_000,
         }
@@ -61,6 +65,7 @@ impl Sizes {
             fixture_round_trip: 30,
             service_round_trip: 400,
             service_payments_per_agent: 20,
+            service_rounds: 1,
             process: 10,
             big_ledger_rows: 100_000,
         }
