@@ -217,6 +217,60 @@ fn look_alike_tool_names_are_refused_and_kept_out_of_the_audit_log_raw() {
     );
 }
 
+/// Text an agent chooses that is kept (an unknown tool's name, a freeze's reason, an
+/// idempotency key) never keeps a card number or a live key, in any mode (SPEC §11.4): the audit
+/// log, the freeze and the status show that something was withheld instead.
+#[test]
+fn a_card_number_or_live_key_an_agent_sends_is_kept_out_of_the_audit_log_and_status() {
+    let world = World::with_test_shop(json!({ "on": {
+        "get_checkout": [{"checkout": ready_checkout("gid://test/Checkout/1")}],
+    }}));
+    let mut mcp = world.proxy();
+    let secrets = [
+        "4111111111111111",
+        "4111 1111 1111 1111",
+        "sk_live_abcdef0123456789",
+    ];
+    for secret in secrets {
+        let answer = mcp.call(secret, json!({}));
+        assert_eq!(verdict(&answer).1, "tool_not_allowed", "{answer}");
+    }
+    let frozen = mcp.call(
+        "cajaguard_freeze",
+        json!({ "reason": "card 4111 1111 1111 1111, key sk_live_abcdef0123456789" }),
+    );
+    assert_eq!(frozen["isError"], json!(false), "{frozen}");
+    let shown = |text: &str| text.contains("4111") || text.contains("sk_live");
+    assert!(!shown(&frozen.to_string()), "{frozen}");
+    let status = mcp.call("cajaguard_status", json!({}));
+    assert!(!shown(&status.to_string()), "{status}");
+    let cli = world.cli(&["status"]);
+    assert!(
+        !shown(&String::from_utf8_lossy(&cli.stdout)),
+        "{}",
+        String::from_utf8_lossy(&cli.stdout)
+    );
+
+    let audit = audit_texts(&world);
+    assert!(audit.len() > secrets.len(), "{audit:?}");
+    let withheld = audit
+        .iter()
+        .filter(|row| row.contains(cajaguard_core::tripwire::WITHHELD))
+        .count();
+    assert_eq!(withheld, secrets.len() + 1, "{audit:?}");
+    for row in &audit {
+        assert!(!shown(row), "a secret in the audit log: {row:?}");
+    }
+    // The log still verifies: what was withheld is what was hashed.
+    let verified = world.cli(&["audit", "verify"]);
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&verified.stderr)
+    );
+}
+
 #[test]
 fn approve_shows_shop_text_without_terminal_escapes() {
     let mut checkout = ready_checkout("gid://test/Checkout/evil");

@@ -99,6 +99,28 @@ pub fn contains_card_number(text: &str) -> bool {
     forms(text).iter().any(|form| card_in_str(form))
 }
 
+/// What an audit record, a freeze's reason or a status shows in place of text that holds a card
+/// number or a live API key.
+pub const WITHHELD: &str = "(withheld: it looks like a card number or a live API key)";
+
+/// `text`, unless it holds a card number or a live API key prefix (`sk_live_`, `rk_live_`) in
+/// any of its forms: then [`WITHHELD`]. For text an agent or a shop chose that is kept or shown
+/// (audit records, a freeze's reason), in every mode: no secret is ever written (SPEC §8, §11.4).
+pub fn withhold_secrets(text: String) -> String {
+    let live_key = if text.is_ascii() && !text.contains('%') {
+        secrets::has_live_prefix(text.as_bytes())
+    } else {
+        forms(&text)
+            .iter()
+            .any(|form| secrets::has_live_prefix(form.as_bytes()))
+    };
+    if live_key || contains_card_number(&text) {
+        WITHHELD.to_owned()
+    } else {
+        text
+    }
+}
+
 fn card_in_str(s: &str) -> bool {
     if s.is_ascii() {
         return cards::card_in(s.as_bytes());
@@ -406,6 +428,28 @@ mod tests {
 
     fn policy() -> TestModePolicy {
         TestModePolicy::spec_default()
+    }
+
+    #[test]
+    fn text_holding_a_card_or_a_live_key_is_withheld() {
+        for secret in [
+            "4111111111111111",
+            "card 4111 1111 1111 1111 exp 12/30",
+            "４１１１１１１１１１１１１１１１",
+            "key sk_live_abcdef0123456789",
+            "RK_LIVE_x",
+            "sk%5Flive%5Fabc",
+        ] {
+            assert_eq!(withhold_secrets(secret.to_owned()), WITHHELD, "{secret}");
+        }
+        for plain in [
+            "looks wrong",
+            "gid://fixture/Checkout/12",
+            "a live demo at 12:30 on 2026-12-05",
+            "order 1234567890",
+        ] {
+            assert_eq!(withhold_secrets(plain.to_owned()), plain);
+        }
     }
 
     #[test]

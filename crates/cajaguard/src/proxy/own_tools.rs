@@ -14,6 +14,7 @@ impl Proxy {
             .get("reason")
             .and_then(|v| v.as_str())
             .map(cajaguard_core::display::audit)
+            .map(cajaguard_core::tripwire::withhold_secrets)
             .unwrap_or_else(|| "frozen by the agent".to_owned());
         let mut record = self.audit_record(tools::FREEZE_TOOL);
         record.note = Some(reason.clone());

@@ -11,6 +11,7 @@ use time::format_description::well_known::Rfc3339;
 
 use cajaguard_core::audit_log::Leaf;
 use cajaguard_core::settle::Settlement;
+use cajaguard_core::tripwire::withhold_secrets;
 use cajaguard_core::verdict::Reason;
 
 use super::{ReleasedBy, StoreError};
@@ -196,24 +197,27 @@ pub(super) fn leaf(event: AuditEvent, r: &AuditRecord, index: u64) -> Result<Lea
         r.at.to_offset(time::UtcOffset::UTC)
             .format(&Rfc3339)
             .map_err(|e| StoreError::Inconsistent(format!("cannot format the audit time: {e}")))?;
+    // What an agent or a shop chose may hold a card number or a live key: never written. (The
+    // request id is CajaGuard's own hex; an agent id is a validated name.)
+    let kept = |text: &Option<String>| text.clone().map(withhold_secrets);
     Ok(Leaf {
         index,
         at,
         at_us: super::micros(r.at),
-        tool: r.tool.clone(),
+        tool: withhold_secrets(r.tool.clone()),
         verdict: event.verdict().to_owned(),
         reason: event.reason().to_owned(),
-        merchant: r.merchant.clone(),
+        merchant: kept(&r.merchant),
         currency: r.currency.clone(),
         total: r.total,
         request_id: r.request_id.clone(),
-        idempotency_key: r.idempotency_key.clone(),
-        checkout_id: r.checkout_id.clone(),
+        idempotency_key: kept(&r.idempotency_key),
+        checkout_id: kept(&r.checkout_id),
         // Clamped where JCS still writes integers exactly (2^53 - 1 µs is 285 years).
         latency_us: i64::try_from(r.latency.as_micros())
             .unwrap_or(i64::MAX)
             .min(cajaguard_core::money::MAX_MINOR),
-        note: r.note.clone(),
+        note: kept(&r.note),
         agent: r.agent.clone(),
     })
 }
