@@ -5,8 +5,8 @@
 
 use cajaguard_core::approval::SigningKey;
 use cajaguard_core::audit_log::{
-    Anchor, Hash, Leaf, LogAuditor, LogSigner, ProofBundle, Tampering, TreeHead, leaf_hash, root,
-    stored_hashes_for,
+    Anchor, Hash, Leaf, LogAuditor, LogSigner, OtherLogs, ProofBundle, Tampering, TreeHead,
+    leaf_hash, root, stored_hashes_for,
 };
 
 /// The Certificate Transparency reference leaves (transparency-dev/merkle `testonly`).
@@ -145,7 +145,14 @@ fn a_whole_log_verifies_against_its_checkpoints_and_anchors() {
     let stored = vec![("checkpoint 20".to_owned(), checkpoint_of(&rows, 20, &key))];
     let anchors = vec![anchor("approval a", checkpoint_of(&rows, 13, &key), false)];
     let summary = log
-        .finish(ORIGIN, 20, &stored, &[key.verifier_key()], &anchors)
+        .finish(
+            ORIGIN,
+            20,
+            &stored,
+            &[key.verifier_key()],
+            &anchors,
+            OtherLogs::Refused,
+        )
         .unwrap();
     assert_eq!(
         (summary.records, summary.checkpoints, summary.anchors),
@@ -203,7 +210,14 @@ fn a_truncated_tail_is_named_through_an_approvals_checkpoint() {
     let log = audit(&rows[..15]).unwrap();
     // The head row and the stored checkpoints were cut back too: only the approval remembers.
     let found = log
-        .finish(ORIGIN, 15, &[], &[key.verifier_key()], &[anchor])
+        .finish(
+            ORIGIN,
+            15,
+            &[],
+            &[key.verifier_key()],
+            &[anchor],
+            OtherLogs::Refused,
+        )
         .unwrap_err();
     assert_eq!(found.first_bad(), Some(15), "{found}");
     assert!(found.to_string().contains("approval cg-1"), "{found}");
@@ -252,7 +266,14 @@ fn a_rewritten_history_with_a_fresh_signature_is_found_through_an_approvals_chec
         ),
     ];
     let found = log
-        .finish(ORIGIN, 20, &resigned, &[key.verifier_key()], &anchors)
+        .finish(
+            ORIGIN,
+            20,
+            &resigned,
+            &[key.verifier_key()],
+            &anchors,
+            OtherLogs::Refused,
+        )
         .unwrap_err();
     // The early approval vouches for records 0..5; the late one's root names 5..=11.
     assert!(
@@ -278,7 +299,14 @@ fn a_stored_checkpoint_not_signed_by_the_log_key_is_named() {
         checkpoint_of(&rows, 10, &signer(2)),
     )];
     let found = log
-        .finish(ORIGIN, 10, &forged, &[signer(1).verifier_key()], &[])
+        .finish(
+            ORIGIN,
+            10,
+            &forged,
+            &[signer(1).verifier_key()],
+            &[],
+            OtherLogs::Refused,
+        )
         .unwrap_err();
     assert!(matches!(found, Tampering::Checkpoint { .. }), "{found}");
 }
@@ -292,7 +320,7 @@ fn anchor(source: &str, checkpoint: String, kept_by_human: bool) -> Anchor {
 }
 
 #[test]
-fn anchors_of_another_log_are_counted_apart_unless_they_are_all_there_is() {
+fn anchors_of_another_log_are_refused_unless_the_human_moved_approvals_in() {
     let rows = written(10);
     let log = audit(&rows).unwrap();
     let other = LogSigner::new(SigningKey::from_seed(&[3; 32]), "cajaguard/other").unwrap();
@@ -303,20 +331,36 @@ fn anchors_of_another_log_are_counted_apart_unless_they_are_all_there_is() {
         })
         .unwrap();
     let own = checkpoint_of(&rows, 6, &signer(1));
-    // One approval moved in from another home, beside this log's own: counted apart.
     let both = [
         anchor("moved approval", foreign.clone(), false),
         anchor("approval", own, false),
     ];
-    let summary = log.finish(ORIGIN, 10, &[], &[], &both).unwrap();
+    // By default an approval of another log is what changing this log's origin looks like.
+    let found = log
+        .finish(ORIGIN, 10, &[], &[], &both, OtherLogs::Refused)
+        .unwrap_err();
+    assert!(
+        found.to_string().contains("origin was changed")
+            && found.to_string().contains("moved approval"),
+        "{found}"
+    );
+    // One approval moved in from another home, as the human says, beside this log's own:
+    // counted apart.
+    let summary = log
+        .finish(ORIGIN, 10, &[], &[], &both, OtherLogs::CountedApart)
+        .unwrap();
     assert_eq!((summary.anchors, summary.foreign_anchors), (1, 1));
-    // Every approval of another log is what changing this log's origin looks like.
+    // Every approval of another log is a finding even then.
     let only = [anchor("moved approval", foreign.clone(), false)];
-    let found = log.finish(ORIGIN, 10, &[], &[], &only).unwrap_err();
+    let found = log
+        .finish(ORIGIN, 10, &[], &[], &only, OtherLogs::CountedApart)
+        .unwrap_err();
     assert!(found.to_string().contains("origin"), "{found}");
     // A checkpoint the human kept and gave is never set aside.
     let kept = [anchor("--checkpoint kept.txt", foreign, true)];
-    let found = log.finish(ORIGIN, 10, &[], &[], &kept).unwrap_err();
+    let found = log
+        .finish(ORIGIN, 10, &[], &[], &kept, OtherLogs::CountedApart)
+        .unwrap_err();
     assert!(matches!(found, Tampering::Checkpoint { .. }), "{found}");
 }
 
@@ -332,7 +376,14 @@ fn a_size_zero_checkpoint_with_a_wrong_root_is_named_not_a_panic() {
         })
         .unwrap();
     let found = log
-        .finish(ORIGIN, 3, &[], &[], &[anchor("kept", bogus, true)])
+        .finish(
+            ORIGIN,
+            3,
+            &[],
+            &[],
+            &[anchor("kept", bogus, true)],
+            OtherLogs::Refused,
+        )
         .unwrap_err();
     assert!(matches!(found, Tampering::Checkpoint { .. }), "{found}");
 }
@@ -356,6 +407,7 @@ fn a_forged_stored_checkpoint_does_not_blame_records_an_approval_vouches_for() {
             &[("the stored checkpoint of size 8".to_owned(), forged)],
             &[key.verifier_key()],
             &anchors,
+            OtherLogs::Refused,
         )
         .unwrap_err();
     assert!(matches!(found, Tampering::Checkpoint { .. }), "{found}");

@@ -108,7 +108,12 @@ impl Fixture {
 
     fn verify(&self, trusted: &TrustedKeys) -> Result<(u64, usize), Tampering> {
         self.store
-            .verify_log(trusted, None, Vec::new())
+            .verify_log(
+                trusted,
+                None,
+                Vec::new(),
+                cajaguard_core::audit_log::OtherLogs::Refused,
+            )
             .unwrap()
             .map(|s| (s.records, s.anchors))
     }
@@ -321,7 +326,12 @@ fn rows_written_before_the_log_are_adopted_in_order(kind: Kind) {
         .audit(AuditEvent::Settled(SettledAs::Released), &record)
         .unwrap();
     let summary = reopened
-        .verify_log(&TrustedKeys(Vec::new()), None, Vec::new())
+        .verify_log(
+            &TrustedKeys(Vec::new()),
+            None,
+            Vec::new(),
+            cajaguard_core::audit_log::OtherLogs::Refused,
+        )
         .unwrap()
         .unwrap();
     assert_eq!(summary.records, 6);
@@ -337,6 +347,145 @@ fn an_origin_changed_to_void_the_anchors_is_found(kind: Kind) {
     fx.sql("UPDATE audit_log SET origin = 'cajaguard/0000000000000000'; DELETE FROM audit_checkpoints;");
     let found = fx.verify(&trusted).unwrap_err();
     assert!(found.to_string().contains("origin"), "{found}");
+}
+
+/// The log taken apart so that the store adopts its records anew, under a new origin (every
+/// record's place and hashes cleared, the head, checkpoints and log keys deleted, a payment's
+/// records gone), then a routine approval anchoring the new log: the earlier approval, of this
+/// home's log under its old origin, names the rewrite, however `audit verify` is asked. With the
+/// home's log key replaced too, the old approval is still a finding unless the human says
+/// approvals were moved in from other homes (what is left there is README's known limit).
+fn a_log_taken_apart_and_adopted_anew_is_found(kind: Kind) {
+    use cajaguard_core::audit_log::OtherLogs;
+    let Some(fx) = open(kind) else { return };
+    let (key, trusted) = key();
+    fx.write(10);
+    fx.approve_now(&key, 5);
+    fx.write(2);
+    fx.sql(
+        "DELETE FROM audit WHERE checkout_id IN ('chk_6', 'chk_7');
+         UPDATE audit SET log_index = NULL, log_hashes = NULL;
+         DELETE FROM audit_log; DELETE FROM audit_checkpoints; DELETE FROM audit_log_keys;",
+    );
+    let home = fx.tmp.path().join("home");
+    let reopen = || match kind {
+        Kind::Sqlite => Store::open(&home).unwrap(),
+        Kind::Postgres => fixtures::open_store(&home, Some(&fx.schema.as_ref().unwrap().url)),
+    };
+    let fx = Fixture {
+        store: reopen(),
+        ..fx
+    };
+    assert_eq!(
+        fx.store.log_records(0, 100).unwrap().len(),
+        10,
+        "adopted anew"
+    );
+    fx.approve_now(&key, 6);
+    let verify = |other_logs| {
+        fx.store
+            .verify_log(&trusted, None, Vec::new(), other_logs)
+            .unwrap()
+    };
+    for other_logs in [OtherLogs::Refused, OtherLogs::CountedApart] {
+        let found = verify(other_logs).unwrap_err();
+        assert!(
+            found.to_string().contains("this home's own log")
+                && found.to_string().contains("nonce 05050505"),
+            "{found}"
+        );
+    }
+    // A new log key as well: the old approval reads as another home's, which only the human
+    // can rule out.
+    std::fs::remove_file(home.join(cajaguard::store::LOG_KEY_FILE)).unwrap();
+    let found = verify(OtherLogs::Refused).unwrap_err();
+    assert!(
+        found.to_string().contains("--approvals-from-other-homes"),
+        "{found}"
+    );
+    let summary = verify(OtherLogs::CountedApart).unwrap();
+    assert_eq!((summary.anchors, summary.foreign_anchors), (1, 1));
+}
+
+/// A passkey that approved against the log, then removed (by anyone on the machine, or as a lost
+/// device): its approval still vouches for the log up to its checkpoint, so removing it does not
+/// let a rewrite of that history pass. An approval issued after the removal does not count.
+fn a_removed_passkeys_approval_still_anchors_the_log(kind: Kind) {
+    use cajaguard_core::approval::{ApprovalTerms, Decision};
+    use cajaguard_core::passkey::soft_authenticator::SoftAuthenticator;
+    use cajaguard_core::passkey::{
+        PasskeyApproval, PasskeyApprovalTerms, RelyingParty, verify_registration,
+    };
+    let Some(fx) = open(kind) else { return };
+    let rp = RelyingParty::localhost(8377);
+    let audit = AuditRecord::new(NOW, "test");
+    let mut auth = SoftAuthenticator::es256();
+    let challenge = [0x33; 32];
+    let registered =
+        verify_registration(&rp, &challenge, &auth.register(&challenge), "laptop").unwrap();
+    fx.store
+        .create_registration_link("token", "laptop", NOW, &audit)
+        .unwrap();
+    fx.store
+        .register_passkey("token", &registered, None, NOW, &audit)
+        .unwrap();
+    fx.write(10);
+    let mut approve = |nonce: u8, issued_at: OffsetDateTime| {
+        let digest = BasketDigest::of(&Quote::default(), &[]);
+        let terms = PasskeyApprovalTerms::new(
+            &ApprovalTerms {
+                decision: Decision::Approve,
+                issued_at,
+                nonce: [nonce; 16],
+                ..fixtures::approval_terms(digest, "chk_approved", 8900, issued_at)
+            },
+            Some(fx.store.checkpoint(NOW).unwrap()),
+        );
+        let assertion = auth.assert(&terms.challenge());
+        fx.store
+            .file_passkey_approval(&PasskeyApproval { terms, assertion }, NOW)
+            .unwrap();
+    };
+    approve(7, NOW);
+    fx.write(2);
+    let verify = || {
+        fx.store
+            .verify_log(
+                &TrustedKeys(Vec::new()),
+                Some(&rp),
+                Vec::new(),
+                cajaguard_core::audit_log::OtherLogs::Refused,
+            )
+            .unwrap()
+    };
+    assert_eq!(verify().unwrap().anchors, 1);
+    let id = hex::encode(&registered.credential_id);
+    let removed_at = NOW + time::Duration::minutes(5);
+    assert!(
+        fx.store
+            .remove_passkey(&id, removed_at, &audit)
+            .unwrap()
+            .is_some()
+    );
+    // Still an anchor after the removal: a history rewritten and re-signed (see
+    // `a_history_rewritten_and_resigned_...`) is still held against it.
+    let summary = verify().unwrap();
+    assert_eq!(
+        (summary.anchors, summary.skipped_anchors.len()),
+        (1, 0),
+        "{:?}",
+        summary.skipped_anchors
+    );
+    // One issued after the removal is no evidence.
+    approve(8, removed_at + time::Duration::minutes(1));
+    let summary = verify().unwrap();
+    assert_eq!(summary.anchors, 1, "{:?}", summary.skipped_anchors);
+    assert_eq!(
+        summary.skipped_anchors.len(),
+        1,
+        "{:?}",
+        summary.skipped_anchors
+    );
 }
 
 /// A head row deleted while records sit in the log is refused, never made anew (a new head
@@ -393,4 +542,6 @@ both_backends!(
     an_origin_changed_to_void_the_anchors_is_found,
     a_missing_head_row_is_refused_not_remade,
     a_record_renumbered_out_of_the_log_is_found,
+    a_log_taken_apart_and_adopted_anew_is_found,
+    a_removed_passkeys_approval_still_anchors_the_log,
 );

@@ -239,6 +239,7 @@ fn sigkill_at_any_point_of_complete_checkout_loses_nothing_and_double_counts_not
                 &cajaguard_core::approval::TrustedKeys(Vec::new()),
                 None,
                 Vec::new(),
+                cajaguard_core::audit_log::OtherLogs::Refused,
             )
             .unwrap();
         assert!(

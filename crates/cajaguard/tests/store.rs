@@ -2076,7 +2076,12 @@ fn the_audit_log_keeps_the_agent_and_verifies(fx: &Fixture) {
     let bytes = String::from_utf8(by_checkout("c2").canonical_bytes()).unwrap();
     assert!(!bytes.contains("agent"), "{bytes}");
     let summary = store
-        .verify_log(&TrustedKeys(Vec::new()), None, Vec::new())
+        .verify_log(
+            &TrustedKeys(Vec::new()),
+            None,
+            Vec::new(),
+            cajaguard_core::audit_log::OtherLogs::Refused,
+        )
         .unwrap();
     assert!(summary.is_ok(), "{summary:?}");
 }
@@ -2284,7 +2289,12 @@ fn gates_queued_behind_a_turn_are_decided_together_each_seeing_those_before(fx: 
     }
     // Every decision was audited, and the log the turn appended to verifies.
     let summary = store
-        .verify_log(&TrustedKeys(Vec::new()), None, Vec::new())
+        .verify_log(
+            &TrustedKeys(Vec::new()),
+            None,
+            Vec::new(),
+            cajaguard_core::audit_log::OtherLogs::Refused,
+        )
         .unwrap();
     assert!(summary.is_ok(), "{summary:?}");
 }
@@ -2316,7 +2326,12 @@ fn a_failing_gate_in_a_turn_fails_alone(fx: &Fixture) {
     assert_eq!(spend["USD"].in_flight, window);
     assert!(!spend.contains_key("EUR"), "{spend:?}");
     let summary = store
-        .verify_log(&TrustedKeys(Vec::new()), None, Vec::new())
+        .verify_log(
+            &TrustedKeys(Vec::new()),
+            None,
+            Vec::new(),
+            cajaguard_core::audit_log::OtherLogs::Refused,
+        )
         .unwrap();
     assert!(summary.is_ok(), "{summary:?}");
 }

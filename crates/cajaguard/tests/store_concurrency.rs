@@ -560,6 +560,7 @@ fn cut_round(test: &str, schema: &pg_support::Schema, shift: i64) {
             &cajaguard_core::approval::TrustedKeys(Vec::new()),
             None,
             Vec::new(),
+            cajaguard_core::audit_log::OtherLogs::Refused,
         )
         .unwrap();
     assert!(log.is_ok(), "the audit log does not verify: {log:?}");

@@ -23,7 +23,7 @@ pub use self::checkpoint::{
 };
 pub use self::leaf::Leaf;
 pub use self::proof::{ProofBundle, ProofError};
-pub use self::verify::{Anchor, LogAuditor, LogSummary, Tampering};
+pub use self::verify::{Anchor, LogAuditor, LogSummary, OtherLogs, Tampering};
 
 /// An RFC 6962 node hash (SHA-256).
 pub use tlog_tiles::Hash;

@@ -55,6 +55,18 @@ pub struct Anchor {
     pub kept_by_human: bool,
 }
 
+/// What an approval's checkpoint of another log (another origin) is to [`LogAuditor::finish`].
+/// Changing the log's origin is how a rewrite would void the approvals' anchors, and an approval
+/// moved in from another home looks the same, so only the human can tell the two apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtherLogs {
+    /// A finding (the default): the log's origin was changed.
+    Refused,
+    /// The human moved approvals in from other homes (`audit verify
+    /// --approvals-from-other-homes`): theirs are counted apart, unless every anchor is one.
+    CountedApart,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogSummary {
     pub records: u64,
@@ -148,6 +160,7 @@ impl LogAuditor {
         checkpoints: &[(String, String)],
         log_keys: &[String],
         anchors: &[Anchor],
+        other_logs: OtherLogs,
     ) -> Result<LogSummary, Tampering> {
         let n = self.size;
         let mut held: Vec<(TreeHead, &str)> = Vec::new();
@@ -166,6 +179,17 @@ impl LogAuditor {
                     what: format!(
                         "is of the log {}, and this log says it is {origin}: the log's origin \
                          was changed (or the checkpoint is another store's)",
+                        checkpoint.origin
+                    ),
+                });
+            } else if other_logs == OtherLogs::Refused {
+                return Err(Tampering::Checkpoint {
+                    source: anchor.source.clone(),
+                    what: format!(
+                        "commits to the log {}, and this log says it is {origin}: the log's \
+                         origin was changed, which voids what the approvals vouch for. If \
+                         approvals were moved in from another home, run `cajaguard audit verify \
+                         --approvals-from-other-homes`",
                         checkpoint.origin
                     ),
                 });

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use cajaguard_core::audit_log::ProofBundle;
+use cajaguard_core::audit_log::{OtherLogs, ProofBundle};
 
 use super::{Exit, Failure, Outcome};
 use crate::store::Anchor;
@@ -38,6 +38,10 @@ pub struct VerifyArgs {
     /// A checkpoint kept outside the store (from `audit checkpoint`); may be given more than once.
     #[arg(long, value_name = "FILE")]
     checkpoint: Vec<PathBuf>,
+    /// Approvals were moved in from other homes: their checkpoints, of other logs, are counted
+    /// apart instead of being read as this log's origin changed.
+    #[arg(long)]
+    approvals_from_other_homes: bool,
 }
 
 #[derive(clap::Args)]
@@ -117,7 +121,16 @@ fn verify(args: &VerifyArgs) -> Outcome {
         });
     }
     match store
-        .verify_log(&trusted, passkeys.as_ref(), anchors)
+        .verify_log(
+            &trusted,
+            passkeys.as_ref(),
+            anchors,
+            if args.approvals_from_other_homes {
+                OtherLogs::CountedApart
+            } else {
+                OtherLogs::Refused
+            },
+        )
         .map_err(Failure::from)?
     {
         Ok(summary) => {

@@ -191,6 +191,30 @@ fn no_head() -> StoreError {
     )
 }
 
+/// Whether `doc` was signed by a passkey since removed, and issued before that removal: a passkey
+/// removed (a lost device, or by anyone on the machine, which removal allows) still vouches for
+/// what it approved while registered, so removing it cannot void its approvals' anchors.
+fn signed_before_removal(
+    doc: &cajaguard_core::passkey::PasskeyApproval,
+    removed: &[(super::PasskeyRow, time::OffsetDateTime)],
+    rp: &cajaguard_core::passkey::RelyingParty,
+) -> bool {
+    let Ok(issued) = time::OffsetDateTime::parse(
+        &doc.terms.issued_at,
+        &time::format_description::well_known::Rfc3339,
+    ) else {
+        return false;
+    };
+    removed.iter().any(|(row, removed_at)| {
+        issued < *removed_at
+            && cajaguard_core::passkey::signed_by_registered(
+                doc,
+                std::slice::from_ref(&row.passkey),
+                rp,
+            )
+    })
+}
+
 /// The stored hashes as a `tlog_tiles::HashReader` over the open transaction. The reader's error
 /// type cannot carry a `StoreError`, so the first one is kept here and returned by `result`.
 struct TxHashes<'a> {
@@ -338,6 +362,7 @@ impl super::Store {
         trusted: &cajaguard_core::approval::TrustedKeys,
         passkeys: Option<&cajaguard_core::passkey::RelyingParty>,
         mut anchors: Vec<Anchor>,
+        other_logs: audit_log::OtherLogs,
     ) -> Result<Result<audit_log::LogSummary, audit_log::Tampering>, StoreError> {
         let head = self.log_head()?;
         let checkpoints: Vec<(String, String)> = self
@@ -369,6 +394,7 @@ impl super::Store {
             .into_iter()
             .map(|row| row.passkey)
             .collect();
+        let removed = self.removed_passkeys()?;
         for text in self.read(&mut |tx| tx.all_passkey_approval_texts())? {
             let Ok(doc) = cajaguard_core::passkey::PasskeyApproval::from_json(&text) else {
                 skipped.push("a passkey approval that does not parse".to_owned());
@@ -383,7 +409,8 @@ impl super::Store {
             );
             match passkeys {
                 Some(rp)
-                    if cajaguard_core::passkey::signed_by_registered(&doc, &registered, rp) =>
+                    if cajaguard_core::passkey::signed_by_registered(&doc, &registered, rp)
+                        || signed_before_removal(&doc, &removed, rp) =>
                 {
                     anchors.push(Anchor {
                         source,
@@ -400,6 +427,9 @@ impl super::Store {
             }
         }
 
+        if let Some(found) = self.own_log_under_another_origin(&head.origin, &anchors)? {
+            return Ok(Err(found));
+        }
         let outside = self.read(&mut |tx| tx.audit_outside_log())?;
         if outside > 0 {
             return Ok(Err(audit_log::Tampering::Checkpoint {
@@ -434,11 +464,59 @@ impl super::Store {
                 }
             }
         }
-        let mut found = log.finish(&head.origin, head.size, &checkpoints, &log_keys, &anchors);
+        let mut found = log.finish(
+            &head.origin,
+            head.size,
+            &checkpoints,
+            &log_keys,
+            &anchors,
+            other_logs,
+        );
         if let Ok(summary) = &mut found {
             summary.skipped_anchors = skipped;
         }
         Ok(found)
+    }
+
+    /// An anchor of another origin that this home's own log key signed: this home's log, whose
+    /// origin was changed since (records taken out of the log and the head deleted, so that the
+    /// store adopted them under a new one). No approval moved in from another home is signed so.
+    /// Nothing is made when the home has no key file.
+    fn own_log_under_another_origin(
+        &self,
+        origin: &str,
+        anchors: &[Anchor],
+    ) -> Result<Option<audit_log::Tampering>, StoreError> {
+        let path = self.home.join(LOG_KEY_FILE);
+        if !path.exists() {
+            return Ok(None);
+        }
+        for anchor in anchors {
+            let Ok(checkpoint) = audit_log::read_checkpoint(&anchor.checkpoint) else {
+                continue;
+            };
+            if checkpoint.origin == origin {
+                continue;
+            }
+            // The key, as the signer of that origin (a signed note's key names its log). Read
+            // again for each: it is not cloned, and only an anchor of another log needs it.
+            let key = crate::keys::load_or_create_log_key(&path)?;
+            let Ok(signer) = LogSigner::new(key, &checkpoint.origin) else {
+                continue;
+            };
+            if audit_log::verify_checkpoint(&anchor.checkpoint, &[signer.verifier_key()]).is_ok() {
+                return Ok(Some(audit_log::Tampering::Checkpoint {
+                    source: anchor.source.clone(),
+                    what: format!(
+                        "commits to this home's own log under the origin {}, and the log now says \
+                         it is {origin}: its origin was changed since, which voids what the \
+                         approvals vouch for",
+                        checkpoint.origin
+                    ),
+                }));
+            }
+        }
+        Ok(None)
     }
 
     /// An offline proof that record `index` is in the log, against a fresh checkpoint.

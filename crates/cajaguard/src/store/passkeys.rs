@@ -57,6 +57,8 @@ pub(super) struct LinkRow {
 pub(super) trait PasskeyTx {
     /// Registered passkeys, not removed, oldest first.
     fn passkey_list(&mut self) -> Result<Vec<PasskeyRow>, StoreError>;
+    /// The passkeys removed, each with when: what they signed before still vouches for the log.
+    fn passkey_list_removed(&mut self) -> Result<Vec<(PasskeyRow, OffsetDateTime)>, StoreError>;
     /// Makes every other registration wait until this transaction ends, so two first
     /// registrations cannot both see an empty table and both be trusted on first use. SQLite:
     /// nothing to do (`BEGIN IMMEDIATE`). PostgreSQL: a transaction advisory lock.
@@ -174,6 +176,11 @@ impl Store {
     /// The registered passkeys, oldest first.
     pub fn passkeys(&self) -> Result<Vec<PasskeyRow>, StoreError> {
         self.read(&mut |tx| tx.passkey_list())
+    }
+
+    /// The passkeys removed, each with when it was removed, oldest first.
+    pub fn removed_passkeys(&self) -> Result<Vec<(PasskeyRow, OffsetDateTime)>, StoreError> {
+        self.read(&mut |tx| tx.passkey_list_removed())
     }
 
     /// Whether the next registration is trusted on first use: no passkey was ever registered.

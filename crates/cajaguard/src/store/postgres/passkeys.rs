@@ -4,13 +4,16 @@ use cajaguard_core::approval::RequestId;
 use cajaguard_core::passkey::RegisteredPasskey;
 
 use super::transaction::PgTx;
-use crate::store::StoreError;
 use crate::store::passkeys::{
     LinkRow, PasskeyRow, PasskeyTx, algorithm, algorithm_name, created, unhex,
 };
+use crate::store::{StoreError, from_micros};
+use time::OffsetDateTime;
 
 const LIST: &str = "SELECT credential_id, name, algorithm, public_key, sign_count, aaguid, backup_eligible, created_at
      FROM passkeys WHERE removed_at IS NULL ORDER BY created_at, credential_id";
+const LIST_REMOVED: &str = "SELECT credential_id, name, algorithm, public_key, sign_count, aaguid, backup_eligible, created_at, removed_at
+     FROM passkeys WHERE removed_at IS NOT NULL ORDER BY removed_at, credential_id";
 pub(super) const APPROVAL_TEXTS: &str =
     "SELECT document FROM passkey_approvals WHERE request_id = $1 ORDER BY filed_at, nonce";
 const GET: &str = "SELECT credential_id, name, algorithm, public_key, sign_count, aaguid, backup_eligible, created_at
@@ -43,6 +46,19 @@ impl PasskeyTx for PgTx<'_> {
     fn passkey_list(&mut self) -> Result<Vec<PasskeyRow>, StoreError> {
         let rows = self.query(LIST, &[])?;
         rows.iter().map(|r| self.passkey_row(r)).collect()
+    }
+
+    fn passkey_list_removed(&mut self) -> Result<Vec<(PasskeyRow, OffsetDateTime)>, StoreError> {
+        let rows = self.query(LIST_REMOVED, &[])?;
+        rows.iter()
+            .map(|r| {
+                let removed_at: i64 = self.get(r, 8)?;
+                Ok((
+                    self.passkey_row(r)?,
+                    from_micros(removed_at, "a passkey's removed_at")?,
+                ))
+            })
+            .collect()
     }
 
     fn lock_passkeys(&mut self) -> Result<(), StoreError> {

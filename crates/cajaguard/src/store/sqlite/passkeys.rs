@@ -5,10 +5,11 @@ use cajaguard_core::passkey::RegisteredPasskey;
 use rusqlite::{OptionalExtension, params};
 
 use super::SqliteTx;
-use crate::store::StoreError;
 use crate::store::passkeys::{
     LinkRow, PasskeyRow, PasskeyTx, algorithm, algorithm_name, created, unhex,
 };
+use crate::store::{StoreError, from_micros};
+use time::OffsetDateTime;
 
 /// Version 3: passkeys, one-time registration links, passkey approvals (the same as PostgreSQL's
 /// `0003_passkeys.sql`, which says what each is for).
@@ -82,6 +83,23 @@ impl PasskeyTx for SqliteTx<'_> {
         ))?;
         let raws = stmt.query_map([], raw)?.collect::<Result<Vec<_>, _>>()?;
         raws.into_iter().map(row).collect()
+    }
+
+    fn passkey_list_removed(&mut self) -> Result<Vec<(PasskeyRow, OffsetDateTime)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS}, removed_at FROM passkeys WHERE removed_at IS NOT NULL ORDER BY removed_at, credential_id"
+        ))?;
+        let raws = stmt
+            .query_map([], |r| Ok((raw(r)?, r.get::<_, i64>(8)?)))?
+            .collect::<Result<Vec<_>, _>>()?;
+        raws.into_iter()
+            .map(|(raw, removed_at)| {
+                Ok((
+                    row(raw)?,
+                    from_micros(removed_at, "a passkey's removed_at")?,
+                ))
+            })
+            .collect()
     }
 
     fn lock_passkeys(&mut self) -> Result<(), StoreError> {
