@@ -1831,6 +1831,53 @@ fn a_refusal_of_an_attempt_retried_since_releases_nothing(fx: &Fixture) {
     assert_eq!(spend(store, later, "USD"), WindowSpend::default());
 }
 
+/// A reconciliation that read the reservation, then asked the shop, must not release it if a
+/// retry of the same payment renewed it meanwhile: the retry's complete is at the shop, and the
+/// reading said nothing of it.
+fn a_reconciliation_release_of_a_renewed_reservation_releases_nothing(fx: &Fixture) {
+    let store = &fx.store;
+    let gate = |now: OffsetDateTime, outcome: Outcome| {
+        let claim = store.claim("c1", "k1", now, DAY).unwrap().unwrap();
+        store
+            .gate(
+                &claim,
+                &request("c1", "k1"),
+                &quote("c1", "USD", 2400),
+                &d(1),
+                None,
+                DAY,
+                now,
+                true,
+                &mut |_, _, _| outcome.clone(),
+                &record(now),
+            )
+            .unwrap()
+    };
+    gate(NOW, forward("USD", 2400, None));
+    // The reconciliation's snapshot, taken before it asks the shop.
+    let read = store.in_flight_of("c1").unwrap().unwrap();
+    let later = NOW + time::Duration::seconds(5);
+    let retry = Outcome {
+        ruling: ruling(Reason::IdempotentRetry),
+        effect: Effect::Retry,
+    };
+    gate(later, retry);
+    store
+        .settle_reconciled(&read, &Settlement::Released, later, &record(later))
+        .unwrap();
+    assert_eq!(spend(store, later, "USD").in_flight, 2400, "still counted");
+    assert!(
+        store.begin_update("c1", later, DAY, DAY).unwrap().is_err(),
+        "still claimed"
+    );
+    // As read now, it releases.
+    let now = store.in_flight_of("c1").unwrap().unwrap();
+    store
+        .settle_reconciled(&now, &Settlement::Released, later, &record(later))
+        .unwrap();
+    assert_eq!(spend(store, later, "USD"), WindowSpend::default());
+}
+
 fn a_reconciliation_release_stays_revisited_after_later_attempts(fx: &Fixture) {
     let store = &fx.store;
     reserve(store, "c1", "k1", 2400, NOW);
@@ -2594,6 +2641,7 @@ both!(
     a_charge_in_another_currency_counts_there,
     a_refusal_of_an_attempt_retried_since_releases_nothing,
     a_reconciliation_release_stays_revisited_after_later_attempts,
+    a_reconciliation_release_of_a_renewed_reservation_releases_nothing,
     two_agents_reserve_settle_and_release_in_their_own_accounts,
     an_agents_window_excludes_the_checkouts_own_row,
     a_pending_request_keeps_its_agent,

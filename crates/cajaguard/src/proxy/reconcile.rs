@@ -23,7 +23,7 @@ use time::OffsetDateTime;
 
 use super::checkout;
 use super::{Proxy, Reply};
-use crate::store::{AuditRecord, InFlight, ReleasedBy};
+use crate::store::{AuditRecord, InFlight};
 
 /// The UCP agent identity CajaGuard uses when it reads a checkout back on its own account.
 const RECONCILER_PROFILE: &str = "https://cajaguard.invalid/profiles/reconciler.json";
@@ -201,14 +201,7 @@ impl Proxy {
             note,
             ..AuditRecord::new(now, super::tools::GATED_TOOL)
         };
-        if let Err(e) = self.store.settle(
-            &row.checkout_id,
-            &row.idempotency_key,
-            &settlement,
-            ReleasedBy::Reconcile,
-            now,
-            &record,
-        ) {
+        if let Err(e) = self.store.settle_reconciled(row, &settlement, now, &record) {
             // Nothing changed (or, if the connection was lost after COMMIT, it did, and the
             // reservation is no longer in flight): the next pass asks the shop again if it is.
             tracing::error!("reconciliation not recorded, the reservation stays: {e}");

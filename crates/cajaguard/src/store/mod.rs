@@ -421,6 +421,28 @@ impl Store {
         )
     }
 
+    /// Settles `row`, a reservation as a reconciliation read it before asking the shop (see
+    /// [`Store::settle`]): a release applies only if it is still that attempt, reserved when it
+    /// was. A retry that renewed the reservation meanwhile has its own payment at the shop, and
+    /// the reading said nothing of it; its reservation stays.
+    pub fn settle_reconciled(
+        &self,
+        row: &InFlight,
+        settlement: &Settlement,
+        now: OffsetDateTime,
+        record: &AuditRecord,
+    ) -> Result<(), StoreError> {
+        self.settle_recorded(
+            &row.checkout_id,
+            &row.idempotency_key,
+            settlement,
+            ReleasedBy::Reconcile,
+            Some(row.reserved_at),
+            now,
+            record,
+        )
+    }
+
     /// Settles the attempt `permit` forwarded, with its record (see [`Store::settle`]); a release
     /// applies only if no retry of the same payment was forwarded since.
     pub fn settle_permit(
