@@ -96,9 +96,11 @@ pub enum Reading {
     Unknown,
 }
 
-/// Reads the shop's `get_checkout` `tools/call` result. Unlike [`read_completion`], an answer that
-/// cannot be read is never taken for "not paid".
-pub fn read_checkout(result: &Value) -> Reading {
+/// Reads the shop's `get_checkout` `tools/call` result for `checkout_id`. Unlike
+/// [`read_completion`], an answer that cannot be read is never taken for "not paid", and neither
+/// is one about another checkout (or about none named): only this checkout's own status says how
+/// its payment ended.
+pub fn read_checkout(result: &Value, checkout_id: &str) -> Reading {
     let Some(obj) = result.as_object() else {
         return Reading::Unknown;
     };
@@ -108,7 +110,9 @@ pub fn read_checkout(result: &Value) -> Reading {
     let Some(checkout) = checkout_of(obj) else {
         return Reading::Unknown;
     };
-    if is_error_response(&checkout) {
+    if is_error_response(&checkout)
+        || checkout.get("id").and_then(Value::as_str) != Some(checkout_id)
+    {
         return Reading::Unknown;
     }
     match checkout.get("status").and_then(Value::as_str) {
@@ -164,7 +168,7 @@ pub fn charge(quote: &Quote, checkout: &Value) -> Charge {
 }
 
 /// What a reservation whose outcome was never learnt comes to, read back from the shop: `result`
-/// is the shop's `get_checkout` result for that checkout, `order_total` the single total of the
+/// is the shop's `get_checkout` result for that checkout (`checkout_id`), `order_total` the single total of the
 /// order it names (when the caller asked `get_order` because the checkout's own total is
 /// unreadable), `reserved` the amount held for it. `completed` counts the higher of the
 /// reservation and the shop's total (a higher one is named as differing); a checkout still open or
@@ -172,11 +176,12 @@ pub fn charge(quote: &Quote, checkout: &Value) -> Charge {
 /// the attempt is old enough that no live call can still complete it.
 pub fn reconcile(
     result: &Value,
+    checkout_id: &str,
     order_total: Option<i64>,
     reserved: i64,
     reserved_currency: &str,
 ) -> Settlement {
-    match read_checkout(result) {
+    match read_checkout(result, checkout_id) {
         Reading::Completed(checkout) => {
             let mut differs = Vec::new();
             let currency = charged_currency(&checkout, reserved_currency, &mut differs);

@@ -7,6 +7,9 @@ use cajaguard_core::settle::{
 };
 use serde_json::{Value, json};
 
+/// The checkout every reading here is of.
+const ID: &str = "gid://fixture/Checkout/1";
+
 fn checkout(status: &str, total: Value) -> Value {
     json!({"ucp": {"version": "2026-08-25"}, "id": "gid://fixture/Checkout/1", "status": status, "currency": "USD",
            "line_items": [{"id": "li_1", "item": {"id": "day_pack", "title": "Day pack", "price": 8900}, "quantity": 1}],
@@ -127,6 +130,7 @@ mod reconcile {
         assert_eq!(
             reconcile(
                 &result(checkout("completed", json!(2400))),
+                ID,
                 None,
                 2400,
                 "USD"
@@ -135,6 +139,7 @@ mod reconcile {
         );
         let Settlement::Completed(higher) = reconcile(
             &result(checkout("completed", json!(2600))),
+            ID,
             None,
             2400,
             "USD",
@@ -148,13 +153,13 @@ mod reconcile {
             json!({"id": "gid://shop/Order/9", "permalink_url": "https://shop.example/o/9"});
         assert_eq!(order_to_ask(&c), Some("gid://shop/Order/9"));
         let Settlement::Completed(by_order) =
-            reconcile(&result(c.clone()), Some(2500), 2400, "USD")
+            reconcile(&result(c.clone()), ID, Some(2500), 2400, "USD")
         else {
             panic!("not completed")
         };
         assert_eq!(by_order.amount, 2500);
         assert_eq!(
-            reconcile(&result(c), None, 2400, "USD"),
+            reconcile(&result(c), ID, None, 2400, "USD"),
             Settlement::Completed(Charge::as_reserved(2400))
         );
         assert_eq!(order_to_ask(&checkout("completed", json!(1))), None);
@@ -164,12 +169,18 @@ mod reconcile {
     fn an_open_or_canceled_checkout_was_not_paid() {
         for status in ["ready_for_complete", "incomplete", "canceled"] {
             assert_eq!(
-                reconcile(&result(checkout(status, json!(2400))), None, 2400, "USD"),
+                reconcile(
+                    &result(checkout(status, json!(2400))),
+                    ID,
+                    None,
+                    2400,
+                    "USD"
+                ),
                 Settlement::Released,
                 "{status}"
             );
             assert_eq!(
-                read_checkout(&result(checkout(status, json!(2400)))),
+                read_checkout(&result(checkout(status, json!(2400))), ID),
                 Reading::Open
             );
         }
@@ -186,13 +197,19 @@ mod reconcile {
             result(checkout("requires_escalation", json!(2400))),
             result(json!({"id": "x"})),
             json!([]),
+            // Another checkout's answer, or one that names none, says nothing of this one.
+            result(json!({"id": "gid://fixture/Checkout/2", "status": "ready_for_complete"})),
+            result(json!({"status": "ready_for_complete"})),
+            result(
+                json!({"id": "gid://fixture/Checkout/2", "status": "completed", "totals": [{"type": "total", "amount": 2400}]}),
+            ),
         ] {
             assert_eq!(
-                reconcile(&answer, None, 2400, "USD"),
+                reconcile(&answer, ID, None, 2400, "USD"),
                 Settlement::Unknown,
                 "{answer}"
             );
-            assert_eq!(read_checkout(&answer), Reading::Unknown, "{answer}");
+            assert_eq!(read_checkout(&answer, ID), Reading::Unknown, "{answer}");
         }
     }
 }
@@ -208,7 +225,7 @@ fn a_charged_currency_is_read_as_a_code_and_named_when_it_differs() {
     let mut jpy = checkout("completed", json!(21900));
     jpy["currency"] = json!("JPY");
     let Settlement::Completed(c) =
-        cajaguard_core::settle::reconcile(&result(jpy), None, 2400, "USD")
+        cajaguard_core::settle::reconcile(&result(jpy), ID, None, 2400, "USD")
     else {
         panic!("not completed")
     };

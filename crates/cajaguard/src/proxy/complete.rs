@@ -322,7 +322,9 @@ impl Proxy {
         let params = checkout::get_checkout_params(agent, permit.checkout_id());
         let reading = match self.shop.request("tools/call", Some(&params), &mut |_| {}) {
             Ok(Reply::Result(raw)) => serde_json::from_str::<Value>(raw.get())
-                .map_or(Reading::Unknown, |result| settle::read_checkout(&result)),
+                .map_or(Reading::Unknown, |result| {
+                    settle::read_checkout(&result, permit.checkout_id())
+                }),
             _ => Reading::Unknown,
         };
         match reading {

@@ -174,7 +174,13 @@ impl Proxy {
             .as_ref()
             .and_then(|checkout| settle::order_to_ask(checkout).map(str::to_owned))
             .and_then(|order_id| self.order_total(agent, &order_id));
-        let settlement = settle::reconcile(result, order_total, row.total, &row.currency);
+        let settlement = settle::reconcile(
+            result,
+            &row.checkout_id,
+            order_total,
+            row.total,
+            &row.currency,
+        );
         let applies = match settlement {
             Settlement::Completed(_) => true,
             Settlement::Released => may_release,
