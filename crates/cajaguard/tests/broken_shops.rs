@@ -340,3 +340,84 @@ fn a_charge_that_differs_freezes_payments_even_when_its_settlement_cannot_be_wri
         "nothing reached the shop while frozen"
     );
 }
+
+/// A payment whose answer never came, released once stale because its checkout then read open,
+/// and completed by the shop after all: the next time the checkout is read back for a payment,
+/// completed, the charge is counted before the gate decides, so the agent cannot spend it again
+/// elsewhere under the window.
+#[test]
+fn a_charge_that_lands_after_its_release_is_counted_when_the_checkout_reads_completed() {
+    let ready = ready_checkout(CHECKOUT);
+    let mut completed = ready.clone();
+    completed["status"] = json!("completed");
+    let world = World::fast_test_shop(json!({ "on": {
+        // The gate's read-back, the update's reconciliation, then completed from then on.
+        "get_checkout": [{"checkout": ready}, {"checkout": ready}, {"checkout": completed}],
+        "complete_checkout": [{"hang": true}],
+        "update_checkout": [{"checkout": ready}],
+    }}));
+    let mut mcp = world.proxy();
+    let paid = mcp.call(
+        "complete_checkout",
+        Mcp::complete_arguments(CHECKOUT, &uuid()),
+    );
+    assert!(paid.to_string().contains("outcome is unknown"), "{paid}");
+    assert_eq!(usd_spend(&world), (0, 2400));
+    // Stale after twice the 1 s timeout: the update's reconciliation reads it open and releases.
+    std::thread::sleep(std::time::Duration::from_millis(2300));
+    let updated = mcp.call(
+        "update_checkout",
+        json!({ "meta": { "ucp-agent": { "profile": AGENT } }, "id": CHECKOUT,
+                "checkout": { "line_items": [] } }),
+    );
+    assert_ne!(updated["isError"], json!(true), "{updated}");
+    assert_eq!(usd_spend(&world), (0, 0), "released as stale and open");
+    // The shop completed it after all: the next payment attempt reads it completed.
+    let again = mcp.call(
+        "complete_checkout",
+        Mcp::complete_arguments(CHECKOUT, &uuid()),
+    );
+    assert_eq!(verdict(&again).1, "checkout_not_ready", "{again}");
+    assert_eq!(usd_spend(&world), (2400, 0), "the late charge counts");
+    assert_eq!(completes_sent(&world), 1);
+}
+
+/// The same late charge when no agent reads that checkout again: a live proxy revisits what it
+/// released as stale, and counts the charge within a few of its passes, so further payments
+/// elsewhere are held to the window with it.
+#[test]
+fn a_charge_that_lands_after_its_release_is_counted_by_a_live_proxy_on_its_own() {
+    let ready = ready_checkout(CHECKOUT);
+    let mut completed = ready.clone();
+    completed["status"] = json!("completed");
+    let world = World::fast_test_shop(json!({ "on": {
+        "get_checkout": [{"checkout": ready}, {"checkout": ready}, {"checkout": completed}],
+        "complete_checkout": [{"hang": true}],
+        "update_checkout": [{"checkout": ready}],
+    }}));
+    let mut mcp = world.proxy();
+    let paid = mcp.call(
+        "complete_checkout",
+        Mcp::complete_arguments(CHECKOUT, &uuid()),
+    );
+    assert!(paid.to_string().contains("outcome is unknown"), "{paid}");
+    std::thread::sleep(std::time::Duration::from_millis(2300));
+    let updated = mcp.call(
+        "update_checkout",
+        json!({ "meta": { "ucp-agent": { "profile": AGENT } }, "id": CHECKOUT,
+                "checkout": { "line_items": [] } }),
+    );
+    assert_ne!(updated["isError"], json!(true), "{updated}");
+    assert_eq!(usd_spend(&world), (0, 0), "released as stale and open");
+    // Passes every 4 s with this 1 s shop timeout: the next reads it completed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while usd_spend(&world) != (2400, 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the late charge was not counted: {:?}",
+            usd_spend(&world)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    still_serving(&mut mcp);
+}

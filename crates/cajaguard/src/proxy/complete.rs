@@ -171,7 +171,9 @@ impl Proxy {
     /// Only a retry's claim can have one: a claim is refused while another key's reservation is
     /// in flight, and one under this key is what makes the claim a retry. (A second call with the
     /// same key racing this one may reserve meanwhile; its gate then rides on that reservation as
-    /// a retry, which the shop answers once.) So other claims skip the store's read.
+    /// a retry, which the shop answers once.) So other claims skip that read; but a checkout the
+    /// shop says is completed has a released reservation of it, if any, counted from this answer
+    /// (`count_late_completion`).
     fn read_checkout(
         &self,
         id: &RawValue,
@@ -191,6 +193,11 @@ impl Proxy {
         };
         if claim.is_retry() {
             self.reconcile_at_hand(request, &result, agent);
+        } else if matches!(
+            settle::read_checkout(&result, &request.checkout_id),
+            Reading::Completed(_)
+        ) {
+            self.count_late_completion(&request.checkout_id, &result, agent);
         }
         checkout::quote_from_result(&result, &request.checkout_id)
     }

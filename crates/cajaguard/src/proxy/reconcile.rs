@@ -11,7 +11,9 @@
 //! call. A completion is safe to record at any age: the live proxy would settle the same amount.
 //!
 //! Reconciliation runs at start (in the background, so a slow shop does not hold up the agent) over
-//! every reservation in flight, and before each `complete_checkout` for the checkout at hand.
+//! every reservation in flight, then every minute over the stale ones and the releases that may
+//! still land, and before each `complete_checkout` for the checkout at hand (where a checkout read
+//! completed also counts a released reservation of it).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,23 +27,58 @@ use super::checkout;
 use super::{Proxy, Reply};
 use crate::store::{AuditRecord, InFlight};
 
+/// The shortest pause between two background passes (see [`Proxy::revisit_every`]).
+const REVISIT_AT_MOST_EVERY: Duration = Duration::from_secs(4);
+
 /// The UCP agent identity CajaGuard uses when it reads a checkout back on its own account.
 const RECONCILER_PROFILE: &str = "https://cajaguard.invalid/profiles/reconciler.json";
 
 impl Proxy {
-    /// Starts the background pass over every reservation in flight. What the first pass covers is
-    /// listed here, before the proxy serves: the pass then never reads a checkout this very process
-    /// is paying (a payment of its own is settled by its own call).
+    /// Starts the background passes: one over every reservation in flight and every release that
+    /// may still land, then one every [`Proxy::revisit_every`] for as long as the proxy lives (a
+    /// long-running `cajaguard serve` would otherwise count a late charge only when it restarts).
+    /// What the first pass covers is listed here, before the proxy serves: it then never reads a
+    /// checkout this very process is paying (a payment of its own is settled by its own call).
+    /// Later passes take only reservations already stale, which no live call still waits on.
     pub(super) fn spawn_reconciler(self: &Arc<Proxy>) {
-        let rows = match self.store.in_flight() {
-            Ok(rows) => rows,
-            Err(e) => {
-                tracing::warn!("cannot list reservations in flight to reconcile them: {e}");
-                return;
-            }
-        };
-        // Reservations released as stale may still have been completed by a slow shop: read them
-        // again within the window, and count the ones that were.
+        let (rows, released) = self.to_reconcile();
+        let proxy = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("reconcile".into())
+            .spawn(move || {
+                if let Some(proxy) = proxy.upgrade() {
+                    proxy.reconcile_in_flight(rows, released);
+                }
+                loop {
+                    let pause = match proxy.upgrade() {
+                        Some(proxy) => proxy.revisit_every(),
+                        None => return,
+                    };
+                    std::thread::sleep(pause);
+                    // The proxy is gone (its process is ending): so is this pass.
+                    let Some(proxy) = proxy.upgrade() else { return };
+                    let (rows, released) = proxy.to_reconcile();
+                    let now = (proxy.clock)();
+                    let stale: Vec<InFlight> = rows
+                        .into_iter()
+                        .filter(|row| proxy.is_stale(row, now))
+                        .collect();
+                    proxy.reconcile_rows(&stale, &released);
+                }
+            });
+        if spawned.is_err() {
+            // Not fatal: the reservations stay counted and the next call for each checkout reconciles it.
+            tracing::warn!("cannot start the reconciliation thread");
+        }
+    }
+
+    /// Every reservation in flight, and every one released as stale within the window: a slow
+    /// shop may still have completed those, and their checkouts are read again.
+    fn to_reconcile(&self) -> (Vec<InFlight>, Vec<InFlight>) {
+        let rows = self.store.in_flight().unwrap_or_else(|e| {
+            tracing::warn!("cannot list reservations in flight to reconcile them: {e}");
+            Vec::new()
+        });
         let released = self
             .store
             .released_by_reconcile(self.policy.window, (self.clock)())
@@ -49,17 +86,7 @@ impl Proxy {
                 tracing::warn!("cannot list released reservations to revisit them: {e}");
                 Vec::new()
             });
-        if rows.is_empty() && released.is_empty() {
-            return;
-        }
-        let proxy = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("reconcile".into())
-            .spawn(move || proxy.reconcile_in_flight(rows, released));
-        if spawned.is_err() {
-            // Not fatal: the reservations stay counted and the next call for each checkout reconciles it.
-            tracing::warn!("cannot start the reconciliation thread");
-        }
+        (rows, released)
     }
 
     /// One pass at start; a second, over the same reservations, once those that were too young to
@@ -137,6 +164,20 @@ impl Proxy {
         let may_release =
             row.idempotency_key != request.idempotency_key && self.is_stale(&row, (self.clock)());
         self.settle_from_reading(&row, result, agent, may_release);
+    }
+
+    /// Before the gate decides on a checkout the shop now says is completed: a reservation of it
+    /// that was released (its answer was lost and the checkout later read open, or the shop
+    /// refused and charged after all) was paid, and is counted from this reading before anything
+    /// else is decided. Otherwise the charge would stay out of the window while the agent pays
+    /// other checkouts.
+    pub(super) fn count_late_completion(&self, checkout_id: &str, result: &Value, agent: &Value) {
+        match self.store.released_of(checkout_id) {
+            Ok(Some(row)) => self.settle_from_reading(&row, result, agent, false),
+            Ok(None) => {}
+            // The gate reads the same store next and refuses if it is broken.
+            Err(e) => tracing::warn!("cannot read a released reservation: {e}"),
+        }
     }
 
     /// Before a payment is refused because another one of its checkout is in flight: one fresh
@@ -239,6 +280,17 @@ impl Proxy {
             return None;
         }
         settle::single_total(&settle::checkout_in_result(&result)?)
+    }
+
+    /// How often a live proxy reads again the reservations in flight and stale, and those
+    /// released as stale within the window, so that a charge that lands late is counted within
+    /// that long even if no agent touches its checkout again: twice the time after which a
+    /// reservation is stale (at least [`REVISIT_AT_MOST_EVERY`]). Each pass costs one
+    /// `get_checkout` per such reservation, and none when there is none.
+    fn revisit_every(&self) -> Duration {
+        self.stale_after()
+            .saturating_mul(2)
+            .max(REVISIT_AT_MOST_EVERY)
     }
 
     /// Twice the downstream timeout: by then a live proxy that reserved has settled or given up.

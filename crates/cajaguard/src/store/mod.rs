@@ -613,6 +613,11 @@ impl Store {
         self.read(&mut |tx| tx.in_flight_of(checkout_id))
     }
 
+    /// The checkout's reservation if it was released (see [`Tx::released_of`]).
+    pub fn released_of(&self, checkout_id: &str) -> Result<Option<InFlight>, StoreError> {
+        self.read(&mut |tx| tx.released_of(checkout_id))
+    }
+
     /// The database's clock (PostgreSQL's `clock_timestamp()`), or `None` for SQLite, whose
     /// clock is this host's (SPEC §13: hosts sharing a PostgreSQL store share its clock).
     pub fn database_now(&self) -> Result<Option<OffsetDateTime>, StoreError> {

@@ -232,6 +232,9 @@ pub(super) trait Tx:
     fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError>;
     /// The checkout's reservation if it is in flight (one row by the primary key).
     fn in_flight_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError>;
+    /// The checkout's reservation if it was released (by the shop's word or a reconciliation):
+    /// the shop may have completed it after all.
+    fn released_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError>;
 
     /// The approval documents filed for `id` (files in `<home>/approvals/`, or the `approvals`
     /// table). Broken entries are skipped with a warning: they can never make the gate fail.

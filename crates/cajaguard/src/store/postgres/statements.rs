@@ -298,6 +298,10 @@ impl Tx for PgTx<'_> {
         Ok(self.in_flight_rows(IN_FLIGHT_OF, &[&checkout_id])?.pop())
     }
 
+    fn released_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError> {
+        Ok(self.in_flight_rows(RELEASED_OF, &[&checkout_id])?.pop())
+    }
+
     fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError> {
         self.in_flight_rows(
             "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
@@ -573,6 +577,11 @@ pub(super) const GATE_LOCKS_BATCH: &str = "WITH l AS MATERIALIZED (SELECT curren
 /// cost O(reservations in flight)). [`GATE_LOCKS_BATCH`] reads the rows the same way.
 pub(super) const IN_FLIGHT_OF: &str = "WITH l AS MATERIALIZED (SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile, state FROM ledger WHERE checkout_id = $1)
  SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM l WHERE state = 'in_flight'";
+
+/// The checkout's ledger row if released, read as [`IN_FLIGHT_OF`] reads it: by its key alone,
+/// the state tested after.
+const RELEASED_OF: &str = "WITH l AS MATERIALIZED (SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile, state FROM ledger WHERE checkout_id = $1)
+ SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM l WHERE state = 'released'";
 
 /// The request's pending row, which a refusal may rewrite: a turn of gates locks each before its
 /// writes, since a turn writes one gate's pending row before the next gate's buckets (a lone

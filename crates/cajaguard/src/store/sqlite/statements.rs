@@ -334,6 +334,16 @@ impl Tx for SqliteTx<'_> {
             .pop())
     }
 
+    fn released_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError> {
+        Ok(self
+            .in_flight_rows(
+                "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
+                 WHERE checkout_id = ?1 AND state = 'released'",
+                &[&checkout_id],
+            )?
+            .pop())
+    }
+
     fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError> {
         self.in_flight_rows(
             "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
