@@ -159,6 +159,77 @@ fn an_update_from_a_second_session_never_changes_what_is_charged() {
     swap_trials(true);
 }
 
+/// On stdio too, a call on a checkout carries only what the checks read: an update leased on one
+/// checkout cannot point a lenient shop at another (whose payment is in flight) through a
+/// `checkout_id` beside `id` or a `checkout.id`, and the same holds for the calls forwarded on
+/// the fast path (`get_checkout`, `create_checkout`).
+#[test]
+fn a_call_on_a_checkout_carries_no_second_id_on_stdio_either() {
+    let world = World::fast_test_shop(json!({ "on": {
+        "get_checkout": [{"checkout": ready_checkout("gid://fixture/Checkout/1")}],
+        "update_checkout": [{"checkout": ready_checkout("gid://fixture/Checkout/1")}],
+        "create_checkout": [{"checkout": ready_checkout("gid://fixture/Checkout/3")}],
+    }}));
+    let mut mcp = world.proxy();
+    let meta = json!({ "ucp-agent": { "profile": AGENT }, "idempotency-key": uuid() });
+    let line_items =
+        json!([{ "item": { "id": "gid://fixture/Product/trail-socks" }, "quantity": 1 }]);
+    for (tool, arguments) in [
+        (
+            "update_checkout",
+            json!({ "meta": meta, "id": "gid://fixture/Checkout/1", "checkout_id": "gid://fixture/Checkout/2", "checkout": { "line_items": line_items } }),
+        ),
+        (
+            "update_checkout",
+            json!({ "meta": meta, "id": "gid://fixture/Checkout/1", "checkout": { "id": "gid://fixture/Checkout/2", "line_items": line_items } }),
+        ),
+        (
+            "cancel_checkout",
+            json!({ "meta": meta, "id": "gid://fixture/Checkout/1", "checkout_id": "gid://fixture/Checkout/2" }),
+        ),
+        (
+            "get_checkout",
+            json!({ "meta": meta, "id": "gid://fixture/Checkout/1", "checkout_id": "gid://fixture/Checkout/2" }),
+        ),
+        (
+            "create_checkout",
+            json!({ "meta": meta, "checkout": { "ID": "gid://fixture/Checkout/2", "line_items": line_items } }),
+        ),
+    ] {
+        let answer = mcp.call(tool, arguments);
+        assert_eq!(
+            verdict(&answer),
+            ("denied".into(), "request_field_not_allowed".into(), None),
+            "{tool}: {answer}"
+        );
+    }
+    assert!(
+        world
+            .test_shop_lines()
+            .iter()
+            .all(|l| !l.contains("\"tools/call\"")),
+        "a call reached the shop: {:?}",
+        world.test_shop_lines()
+    );
+    // The same calls as the schemas have them still pass.
+    let read = mcp.call(
+        "get_checkout",
+        json!({ "meta": meta, "id": "gid://fixture/Checkout/1" }),
+    );
+    assert_eq!(
+        read["structuredContent"]["id"], "gid://fixture/Checkout/1",
+        "{read}"
+    );
+    let updated = mcp.call(
+        "update_checkout",
+        json!({ "meta": meta, "id": "gid://fixture/Checkout/1", "checkout": { "line_items": line_items } }),
+    );
+    assert_eq!(
+        updated["structuredContent"]["id"], "gid://fixture/Checkout/1",
+        "{updated}"
+    );
+}
+
 #[test]
 fn a_claimed_checkout_refuses_updates_and_cancels_until_its_payment_settles() {
     // The payment hangs at the shop (unknown outcome): the checkout stays claimed.
@@ -177,11 +248,11 @@ fn a_claimed_checkout_refuses_updates_and_cancels_until_its_payment_settles() {
     assert!(paid.to_string().contains("outcome is unknown"), "{paid}");
     let mut second = world.proxy();
     for tool in ["update_checkout", "cancel_checkout"] {
-        let answer = second.call(
-            tool,
-            json!({ "meta": { "ucp-agent": { "profile": AGENT }, "idempotency-key": uuid() }, "id": "gid://fixture/Checkout/1",
-                    "checkout": { "line_items": [] } }),
-        );
+        let mut arguments = json!({ "meta": { "ucp-agent": { "profile": AGENT }, "idempotency-key": uuid() }, "id": "gid://fixture/Checkout/1" });
+        if tool == "update_checkout" {
+            arguments["checkout"] = json!({ "line_items": [] });
+        }
+        let answer = second.call(tool, arguments);
         assert_eq!(
             verdict(&answer),
             ("blocked".into(), "payment_in_flight".into(), None),
@@ -599,11 +670,11 @@ fn updates_that_name_a_checkout_any_other_way_are_refused_before_the_shop() {
         json!(format!("\t{checkout_id}")),
     ] {
         for tool in ["update_checkout", "cancel_checkout"] {
-            let answer = mcp.call(
-                tool,
-                json!({ "meta": { "ucp-agent": { "profile": AGENT }, "idempotency-key": uuid() }, "id": id,
-                        "checkout": { "line_items": [{ "item": { "id": "gid://fixture/Product/down-parka" }, "quantity": 1 }] } }),
-            );
+            let mut arguments = json!({ "meta": { "ucp-agent": { "profile": AGENT }, "idempotency-key": uuid() }, "id": id });
+            if tool == "update_checkout" {
+                arguments["checkout"] = json!({ "line_items": [{ "item": { "id": "gid://fixture/Product/down-parka" }, "quantity": 1 }] });
+            }
+            let answer = mcp.call(tool, arguments);
             assert_eq!(verdict(&answer).1, "bad_request", "{tool} {id}: {answer}");
         }
     }

@@ -150,6 +150,16 @@ fn a_duplicate_key_on_any_forwarded_call_is_refused() {
             6,
             r#"{"name":"search_catalog","arguments":{"query":"socks"},"argumentſ":{"query":"4111 1111 1111 1111"}}"#,
         ),
+        // A lone key such a parser reads as `arguments` or `name`: nothing here read it. (On the
+        // fast path, `get_checkout`, and on the ordinary one.)
+        (
+            7,
+            r#"{"name":"get_checkout","Arguments":{"id":"gid://fixture/Checkout/1","meta":{}}}"#,
+        ),
+        (
+            8,
+            r#"{"name":"search_catalog","ARGUMENTS":{"query":"socks"}}"#,
+        ),
     ] {
         mcp.send_line(&format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#

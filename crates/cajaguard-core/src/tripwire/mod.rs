@@ -283,26 +283,26 @@ impl<'p, 'a> Walker<'p, 'a> {
     fn at_instrument(&self) -> bool {
         let tail = match (self.root, self.stack.split_first()) {
             (Root::Arguments, _) => self.stack.as_slice(),
-            (Root::Params, Some((Seg::Key("arguments", _), rest))) => rest,
+            (Root::Params, Some((Seg::Key(arguments, _), rest)))
+                if names(arguments, "arguments") =>
+            {
+                rest
+            }
             (Root::Params, _) => return false,
         };
         matches!(
             tail,
             [
-                Seg::Key("checkout", _),
-                Seg::Key("payment", _),
-                Seg::Key("instruments", _),
+                Seg::Key(checkout, _),
+                Seg::Key(payment, _),
+                Seg::Key(instruments, _),
                 Seg::Index(_)
-            ]
+            ] if names(checkout, "checkout") && names(payment, "payment") && names(instruments, "instruments")
         )
     }
 
     fn push_field(&mut self, map: &'a Map<String, Value>, name: &str) {
-        if let Some((i, (k, _))) = map
-            .iter()
-            .enumerate()
-            .find(|(_, (k, _))| k.as_str() == name)
-        {
+        if let Some((i, (k, _))) = map.iter().enumerate().find(|(_, (k, _))| names(k, name)) {
             self.stack.push(Seg::Key(k, i));
         }
     }
@@ -313,14 +313,14 @@ impl<'p, 'a> Walker<'p, 'a> {
         let Some(inst) = v.as_object() else {
             return Some(Rule::HandlerNotTest);
         };
-        match inst.get("handler_id") {
+        match field(inst, "handler_id") {
             Some(Value::String(h)) if self.policy.handler_ids.contains(h) => {}
             _ => {
                 self.push_field(inst, "handler_id");
                 return Some(Rule::HandlerNotTest);
             }
         }
-        let cred_value = inst.get("credential")?;
+        let cred_value = field(inst, "credential")?;
         self.push_field(inst, "credential");
         let Some(cred) = cred_value.as_object() else {
             return Some(Rule::TokenNotTest);
@@ -338,7 +338,7 @@ impl<'p, 'a> Walker<'p, 'a> {
             self.push_field(cred, k);
             return Some(Rule::CardCredential);
         }
-        match cred.get("token") {
+        match field(cred, "token") {
             Some(Value::String(t)) if self.policy.token_pattern.is_match(t) => {
                 self.stack.pop();
                 None
@@ -349,6 +349,25 @@ impl<'p, 'a> Walker<'p, 'a> {
             }
         }
     }
+}
+
+/// Whether the key `k` is the field `name` to a shop that reads keys ignoring case, as Go's
+/// `encoding/json` does (`Credential`, `TOKEN`; and `ſ` for `s`, `K` for `k`): each character
+/// upper-cased, then lower-cased, as the proxy's duplicate-key check compares them. Two keys of
+/// one object that fold alike are refused before the tripwire runs, so at most one matches.
+fn names(k: &str, name: &str) -> bool {
+    if k.is_ascii() {
+        return k.eq_ignore_ascii_case(name);
+    }
+    k.chars()
+        .flat_map(char::to_uppercase)
+        .flat_map(char::to_lowercase)
+        .eq(name.chars())
+}
+
+/// The value of the field `name` of `map`, its key compared as [`names`] does.
+fn field<'m>(map: &'m Map<String, Value>, name: &str) -> Option<&'m Value> {
+    map.iter().find(|(k, _)| names(k, name)).map(|(_, v)| v)
 }
 
 /// What one pass over a string's bytes tells about which rules could apply, so that most strings
@@ -428,6 +447,48 @@ mod tests {
 
     fn policy() -> TestModePolicy {
         TestModePolicy::spec_default()
+    }
+
+    #[test]
+    fn instrument_fields_are_found_whatever_their_case() {
+        let real_token = json!({"type": "token", "token": "pm_1PqRsTuVwXyZ0123456789ab"});
+        for (checkout, instrument) in [
+            (
+                "checkout",
+                json!({"handler_id": "fixture_test_handler", "Credential": real_token}),
+            ),
+            (
+                "checkout",
+                json!({"handler_id": "fixture_test_handler", "CREDENTIAL": real_token}),
+            ),
+            (
+                "checkout",
+                json!({"handler_id": "fixture_test_handler", "credential": {"type": "token", "TOKEN": "pm_1PqRsTuVwXyZ0123456789ab"}}),
+            ),
+            (
+                "Checkout",
+                json!({"handler_id": "com.shopify.shop_pay", "credential": real_token}),
+            ),
+            (
+                "checkout",
+                json!({"Handler_Id": "com.shopify.shop_pay", "credential": real_token}),
+            ),
+            // The long s and the Kelvin sign, as Go folds them.
+            (
+                "checkout",
+                json!({"handler_id": "fixture_test_handler", "credential": {"type": "token", "to\u{212a}en": "pm_1PqRsTuVwXyZ0123456789ab"}}),
+            ),
+        ] {
+            let args = json!({"id": "c1", checkout: {"payment": {"instruments": [instrument]}}});
+            assert!(scan(&policy(), &args).is_some(), "{args}");
+        }
+        for payment in [
+            json!({"Payment": {"instruments": [{"handler_id": "com.shopify.shop_pay", "credential": real_token}]}}),
+            json!({"payment": {"Instruments": [{"handler_id": "com.shopify.shop_pay", "credential": real_token}]}}),
+        ] {
+            let args = json!({"id": "c1", "checkout": payment});
+            assert!(scan(&policy(), &args).is_some(), "{args}");
+        }
     }
 
     #[test]

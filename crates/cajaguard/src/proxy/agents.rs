@@ -6,7 +6,8 @@
 //! Otherwise an agent that learned another's checkout or cart id could change its basket or
 //! shipping address just before the other pays it (a cart's contents become the checkout's),
 //! cancel it, or read it. `cajaguard mcp` on stdio is one user with no agent: it neither records
-//! nor checks.
+//! nor checks whose an object is. Every session, stdio's too, holds these tools to what the
+//! checks here read (`argument_refusal`): their pinned arguments, and no field the shop sets.
 
 use cajaguard_core::request::{fields_the_shop_sets, pinned_arguments};
 use cajaguard_core::verdict::{Reason, Ruling};
@@ -56,7 +57,36 @@ pub(super) fn not_its_own(object: ShopObject) -> Ruling {
     )
 }
 
-/// The refusal of a service session's checkout or cart that carries a field the shop sets
+/// The refusal of a call, on any session, that carries more than the checks here look at: a
+/// tool that names or makes a checkout, cart or order takes only its pinned arguments, and its
+/// checkout or cart none of the fields the shop sets ([`shop_set_field_refusal`]). A shop that
+/// also read an id from a field of its own (a `checkout_id` beside `id`, a `checkout.id`) would
+/// be pointed at a checkout no check here looked at: another agent's, or one whose payment is in
+/// flight while its update lease was taken on `id`.
+pub(super) fn argument_refusal(tool: &str, arguments: &Value) -> Option<Ruling> {
+    if (named_by(tool).is_some() || made_by(tool).is_some())
+        && let (Some(pinned), Some(given)) = (pinned_arguments(tool), arguments.as_object())
+    {
+        let unknown: Vec<String> = given
+            .keys()
+            .filter(|key| !pinned.contains(&key.as_str()))
+            .map(|key| cajaguard_core::display::name(key))
+            .collect();
+        if !unknown.is_empty() {
+            return Some(Ruling::new(
+                Reason::RequestFieldNotAllowed,
+                format!(
+                    "{tool} takes only {}; not {}",
+                    pinned.join(", "),
+                    unknown.join(", ")
+                ),
+            ));
+        }
+    }
+    shop_set_field_refusal(tool, arguments)
+}
+
+/// The refusal of a checkout or cart that carries a field the shop sets
 /// (`request::fields_the_shop_sets`): a shop that read `checkout.id` in place of the `id`
 /// argument would be pointed at a checkout no check here looked at. Names are compared with case
 /// folded, as a case-insensitive parser would read them (`ID` for `id`).
@@ -86,7 +116,7 @@ fn shop_set_field_refusal(tool: &str, arguments: &Value) -> Option<Ruling> {
     Some(Ruling::new(
         Reason::RequestFieldNotAllowed,
         format!(
-            "through the service, {tool}'s `{argument}` leaves out what the shop sets; not {}",
+            "{tool}'s `{argument}` leaves out what the shop sets; not {}",
             set.join(", ")
         ),
     ))
@@ -97,31 +127,11 @@ impl Proxy {
     /// this session's agent, if it is one; nothing for stdio, or for a tool that names none. A
     /// call names what its `id` is (`named_by`), and `create_checkout` a cart by
     /// `checkout.cart_id` (which it converts; `update_checkout` must omit it, as every field the
-    /// shop sets).
+    /// shop sets). What the call may carry is checked first ([`argument_refusal`]; a stdio
+    /// session's calls meet it after the tripwire, in `Proxy::call_tool`).
     pub(super) fn foreign_object_refusal(&self, tool: &str, arguments: &Value) -> Option<Ruling> {
         self.agent.as_ref()?;
-        if named_by(tool).is_some() || made_by(tool).is_some() {
-            // Only what the pinned tool takes: a shop that also read an id from a field of its
-            // own (a `checkout_id` beside `id`) would be pointed where no check here looked.
-            if let (Some(pinned), Some(given)) = (pinned_arguments(tool), arguments.as_object()) {
-                let unknown: Vec<String> = given
-                    .keys()
-                    .filter(|key| !pinned.contains(&key.as_str()))
-                    .map(|key| cajaguard_core::display::name(key))
-                    .collect();
-                if !unknown.is_empty() {
-                    return Some(Ruling::new(
-                        Reason::RequestFieldNotAllowed,
-                        format!(
-                            "through the service, {tool} takes only {}; not {}",
-                            pinned.join(", "),
-                            unknown.join(", ")
-                        ),
-                    ));
-                }
-            }
-        }
-        if let Some(refused) = shop_set_field_refusal(tool, arguments) {
+        if let Some(refused) = argument_refusal(tool, arguments) {
             return Some(refused);
         }
         if let Some(object) = named_by(tool) {

@@ -123,7 +123,12 @@ impl Proxy {
             return false;
         }
         // A refusal is audited, which writes to the store: not on the agent's reader.
-        if self.forwarding_refusal(params, &whole).is_some() {
+        if self.forwarding_refusal(params, &whole).is_some()
+            || super::inexact_call_key(&whole).is_some()
+            || whole
+                .get("arguments")
+                .is_some_and(|arguments| super::agents::argument_refusal(name, arguments).is_some())
+        {
             return false;
         }
         let key = jsonrpc::id_key(id);

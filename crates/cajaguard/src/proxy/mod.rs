@@ -147,18 +147,6 @@ impl Proxy {
         })
     }
 
-    /// The agent as the metrics see it: its id, and whether the config names it (only those
-    /// become label values).
-    fn metered_agent(&self) -> Option<(&AgentId, bool)> {
-        let agent = self.agent.as_ref()?;
-        let named = self
-            .policy
-            .serve
-            .as_ref()
-            .is_some_and(|serve| serve.agents.contains_key(agent));
-        Some((agent, named))
-    }
-
     /// The agent this session is, if any.
     pub fn agent(&self) -> Option<&AgentId> {
         self.agent.as_ref()
@@ -377,6 +365,10 @@ impl Proxy {
                 ));
             }
         };
+        if let Some(ruling) = inexact_call_key(&whole) {
+            self.audit_refusal(&cajaguard_core::display::name(&call.name), &ruling);
+            return refusal(&ruling);
+        }
         let arguments = call.arguments.unwrap_or(serde_json::Value::Null);
         if !(arguments.is_object() || arguments.is_null()) {
             // MCP's `arguments` is an object; a shop that decoded a string or an array would
@@ -399,6 +391,13 @@ impl Proxy {
             tools::GATED_TOOL => self.complete_checkout(id, params, &whole, &arguments),
             name if tools::is_ucp_tool(name) && self.shop_offers(name) => {
                 if let Some(ruling) = self.forwarding_refusal(params, &whole) {
+                    self.audit_refusal(&call.name, &ruling);
+                    return refusal(&ruling);
+                }
+                // A service session's were checked with its binding, above.
+                if self.agent.is_none()
+                    && let Some(ruling) = agents::argument_refusal(name, &arguments)
+                {
                     self.audit_refusal(&call.name, &ruling);
                     return refusal(&ruling);
                 }
@@ -527,4 +526,23 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The refusal of `tools/call` params holding a key that a case-insensitive parser reads as
+/// `name` or `arguments` but that is not it (`Arguments`, `NAME`): such a shop would take its
+/// tool or arguments from what no check here read (the copy read here is then absent).
+fn inexact_call_key(whole: &serde_json::Value) -> Option<Ruling> {
+    let object = whole.as_object()?;
+    let key = object.keys().find(|key| {
+        !matches!(key.as_str(), "name" | "arguments")
+            && matches!(rawjson::folded(key).as_str(), "name" | "arguments")
+    })?;
+    Some(Ruling::new(
+        Reason::BadRequest,
+        format!(
+            "tools/call params hold `{}`, which a shop that reads keys ignoring case takes for `{}`; send it as written in MCP",
+            cajaguard_core::display::name(key),
+            rawjson::folded(key)
+        ),
+    ))
 }
