@@ -289,8 +289,17 @@ impl HttpMcp {
         HttpMcp::connect_with(url, token, StreamEnd::Close)
     }
 
+    /// [`HttpMcp::connect`], declaring these client capabilities at `initialize`.
+    pub fn connect_declaring(url: &str, token: &str, capabilities: Value) -> HttpMcp {
+        HttpMcp::open(url, token, StreamEnd::Close, capabilities)
+    }
+
     /// [`HttpMcp::connect`], doing `stream_end` with each event stream once it has the answer.
     pub fn connect_with(url: &str, token: &str, stream_end: StreamEnd) -> HttpMcp {
+        HttpMcp::open(url, token, stream_end, json!({}))
+    }
+
+    fn open(url: &str, token: &str, stream_end: StreamEnd, capabilities: Value) -> HttpMcp {
         let mut mcp = HttpMcp {
             url: url.to_owned(),
             token: token.to_owned(),
@@ -301,7 +310,7 @@ impl HttpMcp {
         };
         let reply = mcp.post_message(&json!({
             "jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": { "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "harness", "version": "0" } }
+            "params": { "protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": { "name": "harness", "version": "0" } }
         }));
         assert_eq!(reply.status, 200, "initialize: {reply:?}");
         mcp.session = Some(

@@ -1,15 +1,15 @@
 //! What `GET /metrics` of the service serves (SPEC §13), in Prometheus text: decisions by verdict
 //! and reason, store and shop latency, and, read from the store at each scrape, spend and
 //! headroom per currency, approvals waiting and the freeze. Every label has a bounded set of
-//! values (verdicts, reasons, the config's currencies, the agents the config names): no merchant
-//! or checkout label, and an agent the config does not name (an OAuth subject, say) counts as
-//! `other`.
+//! values (verdicts, reasons, the config's currencies): no merchant, checkout or agent label.
+//! The endpoint needs no token, so it shows nothing an agent's own status would not show to
+//! every agent: a label per agent would let anyone who reaches the port watch when each agent
+//! pays and, beside the window's spend, how much.
 //! Built on `prometheus-client`, the Prometheus project's Rust client (docs/DEPENDENCIES.md).
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use cajaguard_core::agent::AgentId;
 use cajaguard_core::policy::Policy;
 use cajaguard_core::verdict::Ruling;
 use prometheus_client::encoding::text::encode;
@@ -27,7 +27,6 @@ type Labels = Vec<(&'static str, String)>;
 pub struct Metrics {
     registry: Mutex<Registry>,
     decisions: Family<Labels, Counter>,
-    agent_decisions: Family<Labels, Counter>,
     store_seconds: Histogram,
     shop_seconds: Histogram,
     spent: Family<Labels, Gauge>,
@@ -47,7 +46,6 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("cajaguard");
         let decisions = Family::<Labels, Counter>::default();
-        let agent_decisions = Family::<Labels, Counter>::default();
         // 50 µs to ~1.6 s: a decision is a millisecond or so; a shop call up to its timeout.
         let store_seconds = Histogram::new(exponential_buckets(0.00005, 2.0, 16));
         let shop_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
@@ -60,11 +58,6 @@ impl Metrics {
             "decisions",
             "complete_checkout decisions by verdict and reason",
             decisions.clone(),
-        );
-        registry.register(
-            "agent_decisions",
-            "complete_checkout decisions by agent (those serve.agents names; the rest as other) and verdict",
-            agent_decisions.clone(),
         );
         registry.register(
             "store_gate_seconds",
@@ -100,7 +93,6 @@ impl Metrics {
         Metrics {
             registry: Mutex::new(registry),
             decisions,
-            agent_decisions,
             store_seconds,
             shop_seconds,
             spent,
@@ -111,22 +103,16 @@ impl Metrics {
         }
     }
 
-    /// One decision; `agent` is the payer through the service and whether the config names it.
-    pub fn decided(&self, ruling: &Ruling, agent: Option<(&AgentId, bool)>) {
+    /// One decision.
+    pub fn decided(&self, ruling: &Ruling) {
         let reason = ruling.reason();
         let verdict = reason.verdict().as_str().to_owned();
         self.decisions
             .get_or_create(&vec![
-                ("verdict", verdict.clone()),
+                ("verdict", verdict),
                 ("reason", reason.as_str().to_owned()),
             ])
             .inc();
-        if let Some((agent, named)) = agent {
-            let label = if named { agent.as_str() } else { "other" };
-            self.agent_decisions
-                .get_or_create(&vec![("agent", label.to_owned()), ("verdict", verdict)])
-                .inc();
-        }
     }
 
     pub fn store_took(&self, took: Duration) {

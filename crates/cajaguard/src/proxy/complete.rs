@@ -96,7 +96,7 @@ impl Proxy {
         let (ruling, permit) = match self.decide(&claim, &request, &quote, &digest, &audit, started)
         {
             Ok(decided) => {
-                self.metrics.decided(&decided.0, self.metered_agent());
+                self.metrics.decided(&decided.0);
                 decided
             }
             Err(ruling) => {
@@ -426,7 +426,7 @@ impl Proxy {
             .map(|r| r.as_str().to_owned())
             .or(audit.request_id);
         audit.latency = started.elapsed();
-        self.metrics.decided(ruling, self.metered_agent());
+        self.metrics.decided(ruling);
         if let Err(e) = self.store.audit(AuditEvent::Ruled(ruling.reason()), &audit) {
             tracing::error!("audit record not written: {e}");
         }

@@ -66,7 +66,12 @@ impl Proxy {
         let (Some(url), Some(id)) = (ruling.approval_url(), ruling.request_id()) else {
             return;
         };
+        // A service session answers every POST with one JSON body and opens no event stream,
+        // so nothing it would send the client arrives; and its watchers, one thread and store
+        // connection each that outlive the session, would let one agent's sessions exhaust the
+        // service's threads, files or database connections for everyone.
         if ruling.verdict() != Verdict::Blocked
+            || self.agent.is_some()
             || !self.elicitation.declared.load(Ordering::Relaxed)
         {
             return;

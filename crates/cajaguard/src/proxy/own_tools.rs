@@ -5,7 +5,7 @@
 use cajaguard_core::approval::RequestId;
 
 use super::{Answer, Proxy, tool_result, tools};
-use crate::store::{ApprovalStatus, FrozenBy};
+use crate::store::{ApprovalStatus, FrozenBy, StoreError};
 
 impl Proxy {
     /// `cajaguard_freeze`: an agent may stop payments; nothing an agent calls starts them again.
@@ -29,7 +29,7 @@ impl Proxy {
                 }),
                 false,
             ),
-            Err(e) => tool_result(&serde_json::json!({"error": e.to_string()}), true),
+            Err(e) => store_failed(&e),
         }
     }
 
@@ -49,7 +49,7 @@ impl Proxy {
         };
         match document {
             Ok(document) => tool_result(&document, false),
-            Err(e) => tool_result(&serde_json::json!({"error": e.to_string()}), true),
+            Err(e) => store_failed(&e),
         }
     }
 
@@ -71,9 +71,7 @@ impl Proxy {
                                 false,
                             );
                         }
-                        Err(e) => {
-                            return tool_result(&serde_json::json!({"error": e.to_string()}), true);
-                        }
+                        Err(e) => return store_failed(&e),
                     }
                 }
                 match self.store.approval_status(
@@ -84,13 +82,19 @@ impl Proxy {
                     self.policy.approvals.max_ttl,
                 ) {
                     Ok(status) => status,
-                    Err(e) => {
-                        return tool_result(&serde_json::json!({"error": e.to_string()}), true);
-                    }
+                    Err(e) => return store_failed(&e),
                 }
             }
             _ => ApprovalStatus::Invalid,
         };
         tool_result(&serde_json::json!({ "status": status.as_str() }), false)
     }
+}
+
+/// The answer of one of these tools when the store failed: what kind of failure, for the agent
+/// (`StoreError::for_agent`); the error itself, which names the home or the database, goes to
+/// the log.
+fn store_failed(e: &StoreError) -> Answer {
+    tracing::error!("store failed on one of CajaGuard's own tools: {e}");
+    tool_result(&serde_json::json!({ "error": e.for_agent() }), true)
 }

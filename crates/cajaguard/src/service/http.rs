@@ -155,6 +155,14 @@ fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// The `Origin` header as `origin_allowed` takes it: one that is there but not readable text
+/// is an origin no configuration allows, never an absent one.
+fn origin_header(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("origin")
+        .map(|v| v.to_str().unwrap_or("(an Origin that is not text)"))
+}
+
 async fn metadata(State(state): State<Shared>, headers: HeaderMap) -> Response {
     let service = &state.service;
     let resource = service.resource(header_text(&headers, "host"));
@@ -170,10 +178,7 @@ async fn metadata(State(state): State<Shared>, headers: HeaderMap) -> Response {
 /// Prometheus text (SPEC §13). Not behind a token: it holds the global figures every agent's
 /// `cajaguard_status` shows, and nothing per agent, merchant or checkout. `Origin` still holds.
 async fn metrics(State(state): State<Shared>, headers: HeaderMap) -> Response {
-    if !state
-        .service
-        .origin_allowed(header_text(&headers, "origin"))
-    {
+    if !state.service.origin_allowed(origin_header(&headers)) {
         return text(
             StatusCode::FORBIDDEN,
             "this Origin may not read the metrics",
@@ -227,7 +232,7 @@ async fn mcp(State(state): State<Shared>, request: axum::extract::Request) -> Re
     let (parts, body) = request.into_parts();
     let (method, headers) = (parts.method, parts.headers);
     let service = state.service.clone();
-    if !service.origin_allowed(header_text(&headers, "origin")) {
+    if !service.origin_allowed(origin_header(&headers)) {
         return refusal(
             StatusCode::FORBIDDEN,
             jsonrpc::INVALID_REQUEST,
