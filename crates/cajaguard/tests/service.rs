@@ -995,3 +995,49 @@ fn blocked_payments_in_many_sessions_start_no_threads() {
         "the service went from {before} to {after} threads over 12 blocked sessions"
     );
 }
+
+/// A client that opens connections and never finishes a request's headers (no token needed)
+/// holds them only for the header read timeout, not for as long as it likes: the service
+/// closes them, and serves an agent meanwhile.
+#[test]
+fn a_connection_that_never_finishes_its_headers_is_closed() {
+    use std::io::{Read, Write};
+    let (_world, served) = two_agents();
+    let address = served
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let mut idle: Vec<std::net::TcpStream> = (0..20)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(&address).unwrap();
+            stream
+                .write_all(b"GET /mcp HTTP/1.1\r\nHost: x\r\n")
+                .unwrap();
+            stream
+                .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                .unwrap();
+            stream
+        })
+        .collect();
+    let mut alice = HttpMcp::connect(&served.url, ALICE);
+    let status = alice.call("cajaguard_status", json!({}));
+    assert_eq!(status["isError"], json!(false), "{status}");
+    let started = std::time::Instant::now();
+    for stream in &mut idle {
+        let mut buffer = [0u8; 256];
+        // Closed by the service: end of stream, or the 408 hyper sends first, then the end.
+        loop {
+            match stream.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => panic!("the connection stayed open: {e}"),
+            }
+        }
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(25),
+        "closed only after {:?}",
+        started.elapsed()
+    );
+}

@@ -79,10 +79,79 @@ pub fn serve(
             ))
             .with_state(state);
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown())
-            .await
+        serve_connections(listener, router, answer_within).await;
+        Ok(())
     })
+}
+
+/// How long a connection may take to send a request's headers, the first or the next on a
+/// kept connection: a client that opens connections and sends nothing (or a byte at a time)
+/// would otherwise hold them, and their file descriptors, for as long as it likes.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an admitted request's body may take to arrive: it holds one of its agent's places
+/// in flight meanwhile.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections served at once. Past it a new one is closed at once, so what a flood of idle
+/// connections can take is this many descriptors, not the process's last one (which a store
+/// file, a shop connection or an approval file needs).
+const MAX_CONNECTIONS: usize = 512;
+/// After SIGTERM, how much longer than a call may wait for its answer the service waits for
+/// the calls in flight to be answered before it exits anyway.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Accepts and serves connections (hyper's HTTP/1, as `axum::serve` would, plus
+/// [`HEADER_READ_TIMEOUT`] and [`MAX_CONNECTIONS`]) until SIGINT or SIGTERM; then stops
+/// accepting, lets the requests in flight be answered, and returns, within `answer_within` and
+/// [`SHUTDOWN_GRACE`] even if a client never finishes its request.
+async fn serve_connections(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    answer_within: Duration,
+) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut stop = std::pin::pin!(shutdown());
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors, say: wait a moment rather than spin.
+                    tracing::warn!("cannot accept a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!("{MAX_CONNECTIONS} connections open: a new one was closed");
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("connection ended: {e}");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    let deadline = answer_within.saturating_add(SHUTDOWN_GRACE);
+    if tokio::time::timeout(deadline, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "stopping with connections still open after {} s: their clients never finished",
+            deadline.as_secs()
+        );
+    }
 }
 
 async fn shutdown() {
@@ -296,12 +365,26 @@ async fn mcp(State(state): State<Shared>, request: axum::extract::Request) -> Re
             "too many of this agent's requests are in flight; wait for some to finish",
         );
     };
-    let Ok(body) = axum::body::to_bytes(body, MAX_AGENT_MESSAGE_BYTES).await else {
-        return refusal(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            jsonrpc::INVALID_REQUEST,
-            "a message over 1 MiB (or a body cut short) is refused by CajaGuard",
-        );
+    let read = tokio::time::timeout(
+        BODY_READ_TIMEOUT,
+        axum::body::to_bytes(body, MAX_AGENT_MESSAGE_BYTES),
+    );
+    let body = match read.await {
+        Ok(Ok(body)) => body,
+        Ok(Err(_)) => {
+            return refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                jsonrpc::INVALID_REQUEST,
+                "a message over 1 MiB (or a body cut short) is refused by CajaGuard",
+            );
+        }
+        Err(_) => {
+            return refusal(
+                StatusCode::REQUEST_TIMEOUT,
+                jsonrpc::INVALID_REQUEST,
+                "the message's body did not arrive in time; send it whole",
+            );
+        }
     };
     if let Some(version) = header_text(&headers, VERSION_HEADER)
         && version != MODERN_VERSION
