@@ -1041,3 +1041,40 @@ fn a_connection_that_never_finishes_its_headers_is_closed() {
         started.elapsed()
     );
 }
+
+/// A request its agent cancels is answered as cancelled once its call ends, and its id and its
+/// place in flight are free again at once: they stayed taken until the answer time ran out, so
+/// an agent whose SDK cancels on timeout ran out of places, and could not reuse the id.
+#[test]
+fn a_cancelled_request_frees_its_id_and_its_place_at_once() {
+    let world = World::with_test_shop(json!({ "on": {
+        "search_catalog": [{ "result": { "content": [], "isError": false }, "delay_ms": 1200 }],
+    }}));
+    let url = add_serve(&world.config, json!({}), json!({}));
+    add_alice_and_bob(&world);
+    let served = Served::start(&world.config, &url, &[]);
+    let alice = HttpMcp::connect(&served.url, ALICE);
+    let search = json!({"jsonrpc": "2.0", "id": 1000, "method": "tools/call",
+        "params": {"name": "search_catalog", "arguments": {"meta": cajaguard_harness::meta(), "catalog": {"query": "socks"}}}});
+    let started = std::time::Instant::now();
+    let answer = std::thread::scope(|scope| {
+        let call = scope.spawn(|| alice.post_message(&search));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let cancelled = alice.post_message(
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1000}}),
+        );
+        assert_eq!(cancelled.status, 202, "{cancelled:?}");
+        call.join().unwrap()
+    });
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "answered only after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(answer.json()["error"]["code"], json!(-32800), "{answer:?}");
+    // The id is free again.
+    let again = alice.post_message(&search);
+    assert_eq!(again.status, 200, "{again:?}");
+    assert!(again.json().get("result").is_some(), "{again:?}");
+}

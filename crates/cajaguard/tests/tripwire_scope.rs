@@ -203,3 +203,50 @@ fn a_cancellation_carrying_a_card_number_is_not_forwarded() {
     assert!(seen[0].contains("the user left"), "{seen:?}");
     assert!(!seen.iter().any(|l| l.contains("4111")), "{seen:?}");
 }
+
+/// A call cancelled twice is cancelled at the shop once (each forward may cost the shop link a
+/// thread and a connection); a payment's cancellation is never forwarded: a shop that then
+/// answered with an error may have charged, and the error would read as its refusal. The
+/// payment runs to its answer and is settled from it.
+#[test]
+fn cancellations_reach_the_shop_once_and_never_for_a_payment() {
+    let ready = ready_checkout("gid://fixture/Checkout/1");
+    let mut completed = ready.clone();
+    completed["status"] = json!("completed");
+    let world = World::with_test_shop(json!({"on": {
+        "search_catalog": [{"hang": true}],
+        "get_checkout": [{"checkout": ready}],
+        "complete_checkout": [{"checkout": completed, "delay_ms": 800}],
+    }}));
+    let mut mcp = world.proxy();
+    let search = mcp.send_request(
+        "tools/call",
+        json!({"name": "search_catalog", "arguments": {"query": "socks"}}),
+    );
+    world.wait_for_test_shop_line("search_catalog");
+    for _ in 0..3 {
+        mcp.notify("notifications/cancelled", json!({"requestId": search}));
+    }
+    let payment = mcp.send_request(
+        "tools/call",
+        json!({"name": "complete_checkout", "arguments": Mcp::complete_arguments("gid://fixture/Checkout/1", &uuid())}),
+    );
+    world.wait_for_test_shop_line("complete_checkout");
+    mcp.notify("notifications/cancelled", json!({"requestId": payment}));
+    // The payment's answer comes 0.8 s later, and is settled.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while usd_spend(&world) != (2400, 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            usd_spend(&world)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let cancellations: Vec<String> = world
+        .test_shop_lines()
+        .into_iter()
+        .filter(|l| l.contains("notifications/cancelled"))
+        .collect();
+    assert_eq!(cancellations.len(), 1, "{cancellations:?}");
+}

@@ -22,6 +22,8 @@ const MAX_CALLS_IN_FLIGHT: usize = 64;
 pub(super) struct CallState {
     shop_id: Option<u64>,
     cancelled: bool,
+    /// A `complete_checkout`: its cancellation is never forwarded (see `notification`).
+    payment: bool,
 }
 
 impl Proxy {
@@ -198,7 +200,16 @@ impl Proxy {
             let Some(call) = calls.get_mut(&request_id) else {
                 return;
             };
+            // Forwarded once: each forward may cost the shop link a thread and a connection.
+            let first = !call.cancelled;
             call.cancelled = true;
+            // A payment is not cancelled at the shop: a shop that then answered with an error
+            // may have charged already, and that error would read as its refusal and release
+            // the reservation. The payment runs to its answer and is settled from it; only the
+            // agent is not answered, as MCP asks.
+            if !first || call.payment {
+                return;
+            }
             call.shop_id
         };
         if let Some(shop_id) = shop_id {
@@ -210,6 +221,18 @@ impl Proxy {
                     Some(&params.to_json()),
                 ));
             }
+        }
+    }
+
+    /// Whether the call `id` (the JSON text of its id) has not finished yet.
+    pub fn call_pending(&self, id: &str) -> bool {
+        lock(&self.calls).contains_key(id)
+    }
+
+    /// Marks the call `id` as a payment (see [`CallState::payment`]).
+    pub(super) fn mark_payment(&self, id: &RawValue) {
+        if let Some(call) = lock(&self.calls).get_mut(&jsonrpc::id_key(id)) {
+            call.payment = true;
         }
     }
 

@@ -388,7 +388,10 @@ impl Proxy {
             tools::STATUS_TOOL => self.status_tool(),
             tools::APPROVAL_STATUS_TOOL => self.approval_status_tool(&arguments),
             tools::FREEZE_TOOL => self.freeze_tool(&arguments),
-            tools::GATED_TOOL => self.complete_checkout(id, params, &whole, &arguments),
+            tools::GATED_TOOL => {
+                self.mark_payment(id);
+                self.complete_checkout(id, params, &whole, &arguments)
+            }
             name if tools::is_ucp_tool(name) && self.shop_offers(name) => {
                 if let Some(ruling) = self.forwarding_refusal(params, &whole) {
                     self.audit_refusal(&call.name, &ruling);

@@ -208,6 +208,8 @@ enum Waited {
     Answer(Option<String>),
     /// The message's handling panicked.
     Failed,
+    /// The call finished without an answer: its client cancelled it.
+    Cancelled,
 }
 
 /// Runs blocking work (a message through the proxy, which may call the store and the shop) on
@@ -545,12 +547,18 @@ async fn mcp(State(state): State<Shared>, request: axum::extract::Request) -> Re
     let started = Instant::now();
     let waited = match run_here(|| session.proxy.handle_message_here(message)) {
         Err(()) => Ok(Waited::Failed),
-        Ok(()) => {
-            let left = state.answer_within.saturating_sub(started.elapsed());
-            tokio::time::timeout(left, &mut answer)
-                .await
-                .map(|line| Waited::Answer(line.ok()))
-        }
+        Ok(()) => match answer.try_recv() {
+            Ok(line) => Ok(Waited::Answer(Some(line))),
+            // Finished without an answer: the agent cancelled it (MCP: no answer to a
+            // cancelled request). Nothing will come, so its id and its slot are free now.
+            Err(_) if !session.proxy.call_pending(&id) => Ok(Waited::Cancelled),
+            Err(_) => {
+                let left = state.answer_within.saturating_sub(started.elapsed());
+                tokio::time::timeout(left, &mut answer)
+                    .await
+                    .map(|line| Waited::Answer(line.ok()))
+            }
+        },
     };
     let line = match waited {
         Ok(Waited::Answer(Some(line))) => line,
@@ -560,6 +568,17 @@ async fn mcp(State(state): State<Shared>, request: axum::extract::Request) -> Re
                 StatusCode::INTERNAL_SERVER_ERROR,
                 jsonrpc::INTERNAL_ERROR,
                 "the gate failed on this request",
+            );
+        }
+        Ok(Waited::Cancelled) => {
+            session.waiting.forget(&id);
+            return json(
+                StatusCode::OK,
+                jsonrpc::error(
+                    RawValue::from_string(id).ok().as_deref(),
+                    jsonrpc::REQUEST_CANCELLED,
+                    "the request was cancelled",
+                ),
             );
         }
         Ok(Waited::Answer(None)) | Err(_) => {
