@@ -118,6 +118,8 @@ enum Act {
     Garbled(&'static str),
     /// Charge, then answer a JSON-RPC message with the request's id but neither result nor error.
     Bare,
+    /// Charge, then answer a JSON-RPC message with both a result and an error.
+    Both,
 }
 
 /// One message the scripted shop received.
@@ -259,6 +261,16 @@ impl ScriptedShop {
                             200,
                             &[("Content-Type", content_type)],
                             "charged; see you",
+                        );
+                    }
+                    Act::Both => {
+                        let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"content": []},
+                                            "error": {"code": -32000, "message": "declined"}});
+                        return respond(
+                            &mut out,
+                            200,
+                            &[("Content-Type", "application/json")],
+                            &answer.to_string(),
                         );
                     }
                     Act::Bare => {
@@ -460,14 +472,19 @@ fn an_oversized_answer_over_http_fails_only_that_call_and_keeps_the_session() {
     assert_eq!(in_flight_usd(&mut mcp), 0);
 }
 
-/// SPEC §4.13: a 200 with an unexpected content type, or an answer with neither result nor error,
-/// may follow a charge: each is an unknown outcome, and 4 x USD 24.00 of them never pass as free.
+/// SPEC §4.13: a 200 with an unexpected content type, an answer with neither result nor error
+/// (or with both), or an unexpected HTTP status (a 4xx without a JSON-RPC error, a gateway's
+/// 408, a redirect) may follow a charge: each is an unknown outcome, and none passes as free.
 #[test]
 fn garbled_answers_over_http_keep_the_spend_counted() {
     for act in [
         Act::Garbled("text/plain"),
         Act::Garbled("text/html; charset=utf-8"),
         Act::Bare,
+        Act::Both,
+        Act::Status(400),
+        Act::Status(408),
+        Act::Status(302),
     ] {
         let shop = ScriptedShop::start(&[("complete_checkout", vec![act.clone()])]);
         let world = world_with(&shop, Options::default());

@@ -295,8 +295,8 @@ impl Proxy {
             },
             Ok(Reply::Error(_)) => Heard::Refused,
             Err(e) if e.never_sent() => Heard::NotSent,
-            // An answer that is not a result (an HTTP 4xx, 401/403): a refusal, confirmed by a
-            // fresh read before anything is released.
+            // A status that says the request was not taken (401/403, 429/503): a refusal,
+            // confirmed by a fresh read before anything is released.
             Err(e) if !e.outcome_unknown() => Heard::Refused,
             // Anything else after the request was written may have paid.
             Err(_) => Heard::Unknown,

@@ -49,7 +49,7 @@ pub enum ShopError {
     #[error("cannot reach the shop at {url}: {why}; check that it is up and downstream.url")]
     Unreachable { url: String, why: String },
     /// An HTTP status that is not an MCP answer. `unknown` when the shop may have acted on the
-    /// request before failing (5xx other than 503).
+    /// request (every such status but 429 and 503, which say it was not taken).
     #[error("the shop answered HTTP {status}{}", if *unknown { " (it may have acted on the request)" } else { "" })]
     Http { status: u16, unknown: bool },
     /// HTTP 404 on a request carrying a session id: the shop forgot the session and did not
@@ -105,7 +105,7 @@ impl ShopError {
     }
 
     /// Failures that happened before the request could be written: the shop cannot have acted.
-    /// (An HTTP status, even a 4xx, is the shop's answer: it is read as a refusal to be confirmed.)
+    /// (An HTTP status came from the shop's side after it was written: see `outcome_unknown`.)
     pub fn never_sent(&self) -> bool {
         self.before_start()
             || matches!(

@@ -288,9 +288,13 @@ fn reply_of(
 ) -> Result<Reply, ShopError> {
     match (result, error) {
         (Some(result), None) => Ok(Reply::Result(result)),
-        (_, Some(error)) => Ok(Reply::Error(error)),
+        (None, Some(error)) => Ok(Reply::Error(error)),
         (None, None) => Err(ShopError::Garbled(
             "an answer with neither result nor error".into(),
+        )),
+        // Not an answer JSON-RPC allows: neither half can be taken as what the shop did.
+        (Some(_), Some(_)) => Err(ShopError::Garbled(
+            "an answer with both result and error".into(),
         )),
     }
 }

@@ -79,9 +79,12 @@ impl HttpLink {
             }
             return Err(ShopError::Http {
                 status: status.as_u16(),
-                // A 5xx may come after the shop acted (a gateway timing out on it); 503 is the
-                // shop saying it could not take the request at all.
-                unknown: status.is_server_error(),
+                // Not the shop's word on the request (SPEC §4.13: an unexpected status is an
+                // unknown outcome): a 5xx may come after the shop acted (a gateway timing out on
+                // it), and so may a 408 or a 3xx from something in between, or a 4xx without a
+                // JSON-RPC error. (429 and 503, the shop saying it could not take the request at
+                // all, were handled above.)
+                unknown: true,
             });
         }
         if let Some(session) = session {
