@@ -63,6 +63,7 @@ impl Page {
             query: query.to_owned(),
             host: Some(HOST.to_owned()),
             origin: (method == "POST").then(|| ORIGIN.to_owned()),
+            fetch: cajaguard::web::Fetch::default(),
             body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
         })
     }

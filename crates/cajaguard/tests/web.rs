@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use cajaguard::store::{ApprovalStatus, AuditRecord, FrozenBy, Store};
-use cajaguard::web::{Request, Response, WebApp};
+use cajaguard::web::{Fetch, Request, Response, WebApp};
 use cajaguard_core::approval::{BasketDigest, RequestId, TrustedKeys};
 use cajaguard_core::effect::Outcome;
 use cajaguard_core::gate::{self, Facts};
@@ -77,6 +77,14 @@ struct World {
     policy: Policy,
     app: WebApp,
     quote: Quote,
+    /// How many times the page read the shop back.
+    rereads: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl World {
+    fn shop_reads(&self) -> usize {
+        self.rereads.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 fn policy(home: &Path, require: &str) -> Policy {
@@ -106,10 +114,15 @@ fn world_with(require: &str, shop_now: Option<Quote>) -> World {
     let store = Arc::new(Store::open(home.path()).unwrap());
     let quote = day_pack(8900);
     let reread = shop_now.unwrap_or_else(|| quote.clone());
+    let rereads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&rereads);
     let app = WebApp::new(
         policy.clone(),
         Arc::clone(&store),
-        Box::new(move |_, _| Ok(reread.clone())),
+        Box::new(move |_, _| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(reread.clone())
+        }),
         Box::new(OffsetDateTime::now_utc),
     )
     .unwrap();
@@ -119,6 +132,7 @@ fn world_with(require: &str, shop_now: Option<Quote>) -> World {
         policy,
         app,
         quote,
+        rereads,
     }
 }
 
@@ -134,6 +148,7 @@ fn request(method: &str, path: &str, body: Option<&Value>) -> Request {
         query: query.to_owned(),
         host: Some(HOST.to_owned()),
         origin: (method == "POST").then(|| ORIGIN.to_owned()),
+        fetch: Fetch::default(),
         body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
     }
 }
@@ -412,6 +427,48 @@ fn a_foreign_host_is_refused_before_anything() {
         let r = w.app.handle(&req);
         assert_eq!(r.status, 421, "{host:?}");
         assert!(!r.body.contains("cg-data"));
+    }
+}
+
+/// Another site's page cannot make the page read the shop, checkpoint the log or issue
+/// ceremonies (an image or a fetch pointed at it: 260 of them used up the ceremonies so the
+/// human's open form failed). A link the human follows from another site still opens it.
+#[test]
+fn another_sites_page_cannot_make_the_page_work() {
+    let w = world();
+    let id = blocked(&w);
+    let fetched = |site: &str, mode: &str, dest: &str| {
+        let mut req = request("GET", &format!("/requests/{id}"), None);
+        req.fetch = Fetch {
+            site: Some(site.to_owned()),
+            mode: Some(mode.to_owned()),
+            dest: Some(dest.to_owned()),
+        };
+        w.app.handle(&req)
+    };
+    let reads = || w.shop_reads();
+    let before = reads();
+    for (site, mode, dest) in [
+        ("cross-site", "no-cors", "image"),
+        ("cross-site", "cors", "empty"),
+        ("same-site", "no-cors", "script"),
+        ("cross-site", "navigate", "iframe"),
+    ] {
+        let r = fetched(site, mode, dest);
+        assert_eq!(r.status, 403, "{site} {mode} {dest}");
+        assert!(!r.body.contains("cg-data"));
+    }
+    assert_eq!(reads(), before, "the shop was read for another site");
+    for (site, mode, dest) in [
+        ("cross-site", "navigate", "document"),
+        ("none", "navigate", "document"),
+        ("same-origin", "cors", "empty"),
+    ] {
+        assert_eq!(
+            fetched(site, mode, dest).status,
+            200,
+            "{site} {mode} {dest}"
+        );
     }
 }
 

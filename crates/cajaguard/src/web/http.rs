@@ -11,7 +11,30 @@ pub struct Request {
     pub query: String,
     pub host: Option<String>,
     pub origin: Option<String>,
+    /// The browser's `Sec-Fetch-Site`, `Sec-Fetch-Mode` and `Sec-Fetch-Dest`, when it sent them.
+    pub fetch: Fetch,
     pub body: Vec<u8>,
+}
+
+/// How a browser says a request was made (Fetch Metadata), each header when sent.
+#[derive(Debug, Clone, Default)]
+pub struct Fetch {
+    pub site: Option<String>,
+    pub mode: Option<String>,
+    pub dest: Option<String>,
+}
+
+impl Fetch {
+    /// A request another site's page made without the human going there: an image, a script, a
+    /// fetch or a frame (not a top-level navigation, which a link the human follows is, nor a
+    /// request without the headers, which is not a browser's).
+    pub fn from_another_site(&self) -> bool {
+        let site = self.site.as_deref();
+        let crossing = site.is_some_and(|s| s != "same-origin" && s != "none");
+        let followed =
+            self.mode.as_deref() == Some("navigate") && self.dest.as_deref() == Some("document");
+        crossing && !followed
+    }
 }
 
 /// One HTTP response. [`Response::headers`] adds the security headers every answer carries.

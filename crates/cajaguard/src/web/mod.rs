@@ -39,7 +39,7 @@ mod server;
 mod status;
 
 use ceremony::{Ceremony, Issued, assertion_of, random};
-pub use http::{Request, Response};
+pub use http::{Fetch, Request, Response};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -135,6 +135,15 @@ impl WebApp {
                     "this page answers only at {} (the Host header differs); open that address",
                     self.web.origin()
                 ),
+            );
+        }
+        // Reading a request's page reads the shop and writes an audit checkpoint, and the status
+        // page issues an unfreeze ceremony: another site's page must not make those happen (260
+        // image requests used up the ceremonies, so the human's open form failed).
+        if req.fetch.from_another_site() {
+            return Response::text(
+                403,
+                "refused: another site's page made this request; open this page yourself",
             );
         }
         let post = req.method == "POST";

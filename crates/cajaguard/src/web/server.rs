@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::body::{Body, to_bytes};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 
-use super::{MAX_BODY, Request, Response, WebApp};
+use super::{Fetch, MAX_BODY, Request, Response, WebApp};
 
 /// Serves `app` on every one of `listeners` until the process ends (or one of them fails).
 /// Built on the caller's thread: a runtime with two workers (the page has one human as its user)
@@ -68,6 +68,11 @@ async fn answer(app: Arc<WebApp>, req: axum::extract::Request) -> axum::response
         query: parts.uri.query().unwrap_or("").to_owned(),
         host,
         origin: header_text(&parts.headers, header::ORIGIN),
+        fetch: Fetch {
+            site: header_text(&parts.headers, HeaderName::from_static("sec-fetch-site")),
+            mode: header_text(&parts.headers, HeaderName::from_static("sec-fetch-mode")),
+            dest: header_text(&parts.headers, HeaderName::from_static("sec-fetch-dest")),
+        },
         body: body.to_vec(),
     };
     let response = tokio::task::spawn_blocking(move || app.handle(&request))
