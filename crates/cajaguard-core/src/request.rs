@@ -15,6 +15,12 @@ pub const PLATFORM_FIELDS_ON_COMPLETE: &[&str] = &["payment", "signals", "attrib
 /// names `buyer` business-owned. A test derives this list from the pinned extension schemas.
 pub const EXTENSION_FIELDS_ON_COMPLETE: &[&str] = &["ap2"];
 
+/// Fields of `checkout.payment` that a complete request omits (`ucp_request` is `omit` for
+/// complete in the pinned payment-terms extension): the term was agreed by an update, and its
+/// total is the checkout's; one sent with the payment could change what is charged after the gate
+/// checked it. A test derives this list from the pinned schemas.
+pub const PAYMENT_FIELDS_OMITTED_ON_COMPLETE: &[&str] = &["terms", "selected_term_id"];
+
 /// The arguments each UCP tool of the pinned `mcp.openrpc.json` takes (its `params`), checked
 /// against the file by the `pinned_ucp` test.
 pub const PINNED_ARGUMENTS: &[(&str, &[&str])] = &[
@@ -237,6 +243,30 @@ impl CompleteRequest {
                      for them directly; send only {} (and extension objects)",
                     refused.join(", "),
                     PLATFORM_FIELDS_ON_COMPLETE.join(", ")
+                ),
+            ));
+        }
+
+        // Compared with case folded, as a shop that reads keys ignoring case would read them.
+        let omitted: Vec<String> = payment
+            .keys()
+            .filter(|k| {
+                let folded: String = k
+                    .chars()
+                    .flat_map(char::to_uppercase)
+                    .flat_map(char::to_lowercase)
+                    .collect();
+                PAYMENT_FIELDS_OMITTED_ON_COMPLETE.contains(&folded.as_str())
+            })
+            .map(|k| shown_name(k))
+            .collect();
+        if !omitted.is_empty() {
+            return Err(Ruling::new(
+                Reason::RequestFieldNotAllowed,
+                format!(
+                    "checkout.payment fields not allowed on complete_checkout: {}. The payment term is chosen \
+                     with update_checkout, before the gate reads the checkout",
+                    omitted.join(", ")
                 ),
             ));
         }

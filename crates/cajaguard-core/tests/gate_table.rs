@@ -791,6 +791,22 @@ fn details_name_amounts_in_major_units() {
         "{}",
         ruling.detail()
     );
+    // A payment term, agreed by an update, cannot be changed with the payment (in any case).
+    for field in ["selected_term_id", "Selected_Term_Id", "terms"] {
+        let (ruling, _) = run(&Case {
+            args: {
+                let mut a = complete_args();
+                a["checkout"]["payment"][field] = json!("pay_in_4_fee");
+                a
+            },
+            ..base(
+                "payment term on complete",
+                usd(SOCKS, 2),
+                (Verdict::Denied, Reason::RequestFieldNotAllowed),
+            )
+        });
+        assert!(ruling.detail().contains(field), "{}", ruling.detail());
+    }
     let (ruling, _) = run(&base(
         "status named",
         shop_checkout(

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use cajaguard_core::request::{
-    EXTENSION_FIELDS_ON_COMPLETE, PINNED_ARGUMENTS, PLATFORM_FIELDS_ON_COMPLETE,
-    fields_the_shop_sets, pinned_arguments,
+    EXTENSION_FIELDS_ON_COMPLETE, PAYMENT_FIELDS_OMITTED_ON_COMPLETE, PINNED_ARGUMENTS,
+    PLATFORM_FIELDS_ON_COMPLETE, fields_the_shop_sets, pinned_arguments,
 };
 use serde_json::Value;
 
@@ -246,4 +246,42 @@ fn the_fields_the_shop_sets_come_from_the_schemas() {
     for tool in ["complete_checkout", "get_checkout", "search_catalog"] {
         assert!(fields_the_shop_sets(tool).is_none(), "{tool}");
     }
+}
+
+#[test]
+fn payment_fields_omitted_on_complete_come_from_the_schemas() {
+    let mut derived = BTreeSet::new();
+    let dir = ucp_dir().join("source/schemas/shopping");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        // An extension's payment object (payment-terms: `$defs/payment`).
+        if let Some(props) = schema
+            .pointer("/$defs/payment/properties")
+            .and_then(Value::as_object)
+        {
+            for (name, prop) in props {
+                if omitted_on(prop.get("ucp_request"), "complete") {
+                    derived.insert(name.clone());
+                }
+            }
+        }
+    }
+    let payment = read("source/schemas/shopping/payment.json");
+    for (name, prop) in payment["properties"].as_object().unwrap() {
+        if omitted_on(prop.get("ucp_request"), "complete") {
+            derived.insert(name.clone());
+        }
+    }
+    let ours: BTreeSet<String> = PAYMENT_FIELDS_OMITTED_ON_COMPLETE
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    assert_eq!(
+        derived, ours,
+        "PAYMENT_FIELDS_OMITTED_ON_COMPLETE drifted from the pinned schemas"
+    );
 }
