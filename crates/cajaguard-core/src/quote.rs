@@ -268,6 +268,74 @@ pub(crate) fn merchant_from(checkout: &Map<String, Value>) -> Option<String> {
     }
 }
 
+impl Quote {
+    /// Where the goods go, one line per fulfillment method, as the human approving must see it
+    /// (the request digest binds it): the method's type, then its selected destination (every
+    /// destination when none is selected) as `field: value` pairs, fields in key order (the
+    /// canonical form the digest hashes). The text is the shop's: the caller makes it safe for
+    /// where it shows it. Empty without fulfillment.
+    pub fn destinations(&self) -> Vec<String> {
+        let Some(Ok(fulfillment)) = self
+            .fulfillment
+            .as_deref()
+            .map(serde_json::from_str::<Value>)
+        else {
+            return Vec::new();
+        };
+        let Some(methods) = fulfillment.as_array() else {
+            // Not the UCP shape: shown whole, as it is hashed.
+            return vec![fulfillment.to_string()];
+        };
+        methods
+            .iter()
+            .map(|method| {
+                let kind = method
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("fulfillment");
+                let selected = method
+                    .get("selected_destination_id")
+                    .and_then(Value::as_str);
+                let destinations: Vec<&Value> = method
+                    .get("destinations")
+                    .and_then(Value::as_array)
+                    .map(|all| {
+                        all.iter()
+                            .filter(|d| {
+                                selected.is_none()
+                                    || d.get("id").and_then(Value::as_str) == selected
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let places: Vec<String> = destinations.iter().map(|d| place(d)).collect();
+                if places.is_empty() {
+                    format!("{kind}: no destination given")
+                } else {
+                    format!("{kind}: {}", places.join(" | "))
+                }
+            })
+            .collect()
+    }
+}
+
+/// A destination's text and number fields but its id, as `field: value`.
+fn place(destination: &Value) -> String {
+    let Some(fields) = destination.as_object() else {
+        return destination.to_string();
+    };
+    fields
+        .iter()
+        .filter(|(key, _)| key.as_str() != "id")
+        .filter_map(|(key, value)| match value {
+            Value::String(text) => Some(format!("{key}: {text}")),
+            Value::Number(n) => Some(format!("{key}: {n}")),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The destinations part of `fulfillment` (see [`Quote::fulfillment`]). A `fulfillment` that is
 /// not the UCP shape is hashed whole: whatever it says, a change to it changes the request.
 fn fulfillment_of(checkout: &Map<String, Value>) -> Option<String> {
@@ -297,6 +365,30 @@ fn fulfillment_of(checkout: &Map<String, Value>) -> Option<String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn destinations_show_where_the_goods_go() {
+        let mut checkout = Map::new();
+        checkout.insert(
+            "fulfillment".into(),
+            json!({"methods": [{"id": "m1", "type": "shipping", "selected_destination_id": "d2",
+                "destinations": [
+                    {"id": "d1", "street_address": "1 Home St", "address_country": "US"},
+                    {"id": "d2", "street_address": "9 Elsewhere Rd", "address_locality": "Reno", "address_country": "US"}
+                ]}]}),
+        );
+        let quote = Quote {
+            fulfillment: fulfillment_of(&checkout),
+            ..Quote::default()
+        };
+        assert_eq!(
+            quote.destinations(),
+            vec![
+                "shipping: address_country: US, address_locality: Reno, street_address: 9 Elsewhere Rd"
+            ]
+        );
+        assert!(Quote::default().destinations().is_empty());
+    }
 
     fn shop(total: Value) -> Value {
         json!({

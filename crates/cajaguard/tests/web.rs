@@ -430,6 +430,34 @@ fn a_foreign_host_is_refused_before_anything() {
     }
 }
 
+/// The human sees where the goods go and what pays (the request digest binds both), not only
+/// the items and the amount.
+#[test]
+fn the_page_shows_where_the_goods_go_and_what_pays() {
+    let mut shop_now = day_pack(8900);
+    shop_now.fulfillment = Some(
+        json!([{"type": "shipping", "selected_destination_id": "d2", "destinations": [
+            {"id": "d1", "street_address": "1 Home St"},
+            {"id": "d2", "street_address": "9 Elsewhere Rd", "address_locality": "Reno"}
+        ]}])
+        .to_string(),
+    );
+    let w = world_with("passkey", Some(shop_now));
+    let id = blocked(&w);
+    let page = get(&w, &format!("/requests/{id}"));
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("delivery") && page.body.contains("9 Elsewhere Rd"),
+        "{}",
+        page.body
+    );
+    assert!(
+        !page.body.contains("1 Home St"),
+        "only the selected destination"
+    );
+    assert!(page.body.contains("pays with"), "{}", page.body);
+}
+
 /// Another site's page cannot make the page read the shop, checkpoint the log or issue
 /// ceremonies (an image or a fetch pointed at it: 260 of them used up the ceremonies so the
 /// human's open form failed). A link the human follows from another site still opens it.

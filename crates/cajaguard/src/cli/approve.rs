@@ -243,6 +243,20 @@ fn show(pending: &PendingRow, quote: &Quote, decision: Decision) {
             amount(line.unit_price)
         );
     }
+    // Where it goes is part of what is approved (the request digest binds it).
+    for destination in quote.destinations() {
+        eprintln!("  delivery:  {}", display::terminal(&destination));
+    }
+    for instrument in &request.instruments {
+        eprintln!(
+            "  pays with: {}{}",
+            display::terminal(&instrument.handler_id),
+            instrument
+                .id
+                .as_deref()
+                .map_or_else(String::new, |id| format!(" [{}]", display::terminal(id)))
+        );
+    }
     eprintln!(
         "  handlers:  {}",
         request

@@ -254,6 +254,22 @@ pub(super) fn request(v: &RequestView<'_>) -> Result<Response, Response> {
                     escape(&amount(line.unit_price, &quote.currency))
                 );
             }
+            // Where it goes is part of what is approved (the request digest binds it).
+            for destination in quote.destinations() {
+                let _ = write!(
+                    body,
+                    "<tr><th>delivery</th><td>{}</td></tr>",
+                    text(&destination)
+                );
+            }
+            for instrument in &r.instruments {
+                let _ = write!(
+                    body,
+                    "<tr><th>pays with</th><td>{} <code>{}</code></td></tr>",
+                    text(&instrument.handler_id),
+                    instrument.id.as_deref().map_or_else(String::new, text)
+                );
+            }
             let fresh = BasketDigest::of_request(quote, &r.instruments, r.agent.as_ref());
             let _ = write!(
                 body,
