@@ -106,7 +106,9 @@ fn add(args: &AddArgs) -> Outcome {
         eprintln!("  this will be the first passkey: it is trusted on first use");
     } else {
         eprintln!(
-            "  a passkey is registered already: the new one must be approved with it on the page"
+            "  a passkey is registered already: the new one must be approved with it on the page \
+             (if you never registered one, something running as you did: run `cajaguard freeze` \
+             and `cajaguard passkey list`)"
         );
     }
     Ok(Exit::Done)
