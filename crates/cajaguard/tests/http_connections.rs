@@ -243,7 +243,8 @@ fn a_request_larger_than_the_relays_buffers_reaches_the_shop_whole() {
     // Over the relay's 16 KiB output buffer several times: the body goes out in pieces.
     let padding = "x".repeat(100 * 1024);
     let mut arguments = get_args("gid://keep-alive/Checkout/large");
-    arguments["note"] = json!(padding);
+    // In `meta`, which get_checkout takes (an argument it does not take is refused).
+    arguments["meta"]["note"] = json!(padding);
     let result = mcp.call("get_checkout", arguments);
     assert_eq!(
         result["structuredContent"]["id"],
