@@ -167,24 +167,45 @@ pub fn charge(quote: &Quote, checkout: &Value) -> Charge {
     }
 }
 
+/// What the gate reserved for a payment whose outcome was never learnt.
+#[derive(Debug, Clone, Copy)]
+pub struct Reserved<'a> {
+    /// Minor units.
+    pub total: i64,
+    pub currency: &'a str,
+    /// The merchant the gate allowed it for.
+    pub merchant: &'a str,
+}
+
 /// What a reservation whose outcome was never learnt comes to, read back from the shop: `result`
 /// is the shop's `get_checkout` result for that checkout (`checkout_id`), `order_total` the single total of the
 /// order it names (when the caller asked `get_order` because the checkout's own total is
-/// unreadable), `reserved` the amount held for it. `completed` counts the higher of the
-/// reservation and the shop's total (a higher one is named as differing); a checkout still open or
+/// unreadable), `reserved` what was held for it. `completed` counts the higher of the
+/// reservation and the shop's total (a higher one is named as differing, and so is another
+/// currency or merchant); a checkout still open or
 /// canceled was not paid; anything unreadable keeps the reservation. The caller decides whether
 /// the attempt is old enough that no live call can still complete it.
 pub fn reconcile(
     result: &Value,
     checkout_id: &str,
     order_total: Option<i64>,
-    reserved: i64,
-    reserved_currency: &str,
+    reserved: &Reserved<'_>,
 ) -> Settlement {
+    let Reserved {
+        total: reserved,
+        currency: reserved_currency,
+        merchant: reserved_merchant,
+    } = *reserved;
     match read_checkout(result, checkout_id) {
         Reading::Completed(checkout) => {
             let mut differs = Vec::new();
             let currency = charged_currency(&checkout, reserved_currency, &mut differs);
+            // As the live settlement compares it: a completion at another merchant's URLs.
+            if has_merchant_url(&checkout)
+                && merchant_of(&checkout).as_deref() != Some(reserved_merchant)
+            {
+                differs.push("merchant");
+            }
             let amount = match single_total(&checkout).or(order_total) {
                 Some(t) if currency.is_some() => t,
                 Some(t) if t > reserved => {

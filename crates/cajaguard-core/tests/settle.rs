@@ -3,12 +3,19 @@
 
 use cajaguard_core::quote::Quote;
 use cajaguard_core::settle::{
-    Charge, Completion, Reading, Settlement, charge, read_checkout, read_completion,
+    Charge, Completion, Reading, Reserved, Settlement, charge, read_checkout, read_completion,
 };
 use serde_json::{Value, json};
 
 /// The checkout every reading here is of.
 const ID: &str = "gid://fixture/Checkout/1";
+
+/// What the gate reserved for it.
+const RESERVED: Reserved<'static> = Reserved {
+    total: 2400,
+    currency: "USD",
+    merchant: "demo-outfitters.example",
+};
 
 fn checkout(status: &str, total: Value) -> Value {
     json!({"ucp": {"version": "2026-08-25"}, "id": "gid://fixture/Checkout/1", "status": status, "currency": "USD",
@@ -132,8 +139,7 @@ mod reconcile {
                 &result(checkout("completed", json!(2400))),
                 ID,
                 None,
-                2400,
-                "USD"
+                &RESERVED
             ),
             Settlement::Completed(Charge::as_reserved(2400))
         );
@@ -141,8 +147,7 @@ mod reconcile {
             &result(checkout("completed", json!(2600))),
             ID,
             None,
-            2400,
-            "USD",
+            &RESERVED,
         ) else {
             panic!("not completed")
         };
@@ -153,29 +158,35 @@ mod reconcile {
             json!({"id": "gid://shop/Order/9", "permalink_url": "https://shop.example/o/9"});
         assert_eq!(order_to_ask(&c), Some("gid://shop/Order/9"));
         let Settlement::Completed(by_order) =
-            reconcile(&result(c.clone()), ID, Some(2500), 2400, "USD")
+            reconcile(&result(c.clone()), ID, Some(2500), &RESERVED)
         else {
             panic!("not completed")
         };
         assert_eq!(by_order.amount, 2500);
         assert_eq!(
-            reconcile(&result(c), ID, None, 2400, "USD"),
+            reconcile(&result(c), ID, None, &RESERVED),
             Settlement::Completed(Charge::as_reserved(2400))
         );
         assert_eq!(order_to_ask(&checkout("completed", json!(1))), None);
     }
 
     #[test]
+    fn a_completion_at_another_merchant_is_named_as_differing() {
+        let mut elsewhere = checkout("completed", json!(2400));
+        elsewhere["links"] =
+            json!([{"type": "terms_of_service", "url": "https://elsewhere-goods.example/tos"}]);
+        let Settlement::Completed(charge) = reconcile(&result(elsewhere), ID, None, &RESERVED)
+        else {
+            panic!("not completed")
+        };
+        assert_eq!((charge.amount, charge.differs), (2400, vec!["merchant"]));
+    }
+
+    #[test]
     fn an_open_or_canceled_checkout_was_not_paid() {
         for status in ["ready_for_complete", "incomplete", "canceled"] {
             assert_eq!(
-                reconcile(
-                    &result(checkout(status, json!(2400))),
-                    ID,
-                    None,
-                    2400,
-                    "USD"
-                ),
+                reconcile(&result(checkout(status, json!(2400))), ID, None, &RESERVED),
                 Settlement::Released,
                 "{status}"
             );
@@ -205,7 +216,7 @@ mod reconcile {
             ),
         ] {
             assert_eq!(
-                reconcile(&answer, ID, None, 2400, "USD"),
+                reconcile(&answer, ID, None, &RESERVED),
                 Settlement::Unknown,
                 "{answer}"
             );
@@ -225,7 +236,7 @@ fn a_charged_currency_is_read_as_a_code_and_named_when_it_differs() {
     let mut jpy = checkout("completed", json!(21900));
     jpy["currency"] = json!("JPY");
     let Settlement::Completed(c) =
-        cajaguard_core::settle::reconcile(&result(jpy), ID, None, 2400, "USD")
+        cajaguard_core::settle::reconcile(&result(jpy), ID, None, &RESERVED)
     else {
         panic!("not completed")
     };

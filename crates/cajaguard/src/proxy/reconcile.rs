@@ -219,8 +219,11 @@ impl Proxy {
             result,
             &row.checkout_id,
             order_total,
-            row.total,
-            &row.currency,
+            &settle::Reserved {
+                total: row.total,
+                currency: &row.currency,
+                merchant: &row.merchant,
+            },
         );
         let applies = match settlement {
             Settlement::Completed(_) => true,
@@ -234,8 +237,10 @@ impl Proxy {
         let note = match &settlement {
             Settlement::Completed(charge) => charge.differs().then(|| {
                 format!(
-                    "the shop charged {} minor units, more than the {} reserved; payments are frozen",
-                    charge.amount, row.total
+                    "the completed checkout differs from the reservation in {}: charged {} minor units, {} reserved; payments are frozen",
+                    charge.differs.join(", "),
+                    charge.amount,
+                    row.total
                 )
             }),
             Settlement::Released | Settlement::Unknown => None,
@@ -258,8 +263,9 @@ impl Proxy {
             && charge.differs()
         {
             self.audit_freeze(&format!(
-                "charged_differs on {}: the shop charged more than reserved",
-                cajaguard_core::display::audit(&row.checkout_id)
+                "charged_differs on {}: {}",
+                cajaguard_core::display::audit(&row.checkout_id),
+                charge.differs.join(", ")
             ));
         }
     }

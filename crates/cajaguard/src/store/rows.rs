@@ -71,4 +71,6 @@ pub struct InFlight {
     pub reserved_at: OffsetDateTime,
     /// The paying agent's UCP profile (`None` on rows from schema version 1).
     pub agent_profile: Option<String>,
+    /// The merchant the gate allowed it for (the quote's, from the shop's own URLs).
+    pub merchant: String,
 }

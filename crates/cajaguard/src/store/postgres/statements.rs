@@ -144,7 +144,7 @@ impl Tx for PgTx<'_> {
 
     fn released_by_reconcile(&mut self, from_us: i64) -> Result<Vec<InFlight>, StoreError> {
         self.in_flight_rows(
-            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
+            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile, merchant FROM ledger
              WHERE state = 'released' AND released_by = 'reconcile' AND reserved_at >= $1
              ORDER BY reserved_at",
             &[&from_us],
@@ -304,7 +304,7 @@ impl Tx for PgTx<'_> {
 
     fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError> {
         self.in_flight_rows(
-            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
+            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile, merchant FROM ledger
              WHERE state = 'in_flight' ORDER BY reserved_at",
             &[],
         )
@@ -575,13 +575,13 @@ pub(super) const GATE_LOCKS_BATCH: &str = "WITH l AS MATERIALIZED (SELECT curren
 /// the id, a scan of every reservation in flight. Statistics taken while few are in flight make
 /// that plan look cheapest, and the generic plan keeps it as they grow (it made the gate's locks
 /// cost O(reservations in flight)). [`GATE_LOCKS_BATCH`] reads the rows the same way.
-pub(super) const IN_FLIGHT_OF: &str = "WITH l AS MATERIALIZED (SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile, state FROM ledger WHERE checkout_id = $1)
- SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM l WHERE state = 'in_flight'";
+pub(super) const IN_FLIGHT_OF: &str = "WITH l AS MATERIALIZED (SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile, merchant, state FROM ledger WHERE checkout_id = $1)
+ SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile, merchant FROM l WHERE state = 'in_flight'";
 
 /// The checkout's ledger row if released, read as [`IN_FLIGHT_OF`] reads it: by its key alone,
 /// the state tested after.
-const RELEASED_OF: &str = "WITH l AS MATERIALIZED (SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile, state FROM ledger WHERE checkout_id = $1)
- SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM l WHERE state = 'released'";
+const RELEASED_OF: &str = "WITH l AS MATERIALIZED (SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile, merchant, state FROM ledger WHERE checkout_id = $1)
+ SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile, merchant FROM l WHERE state = 'released'";
 
 /// The request's pending row, which a refusal may rewrite: a turn of gates locks each before its
 /// writes, since a turn writes one gate's pending row before the next gate's buckets (a lone

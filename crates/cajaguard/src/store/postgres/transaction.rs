@@ -284,7 +284,7 @@ impl<'c> PgTx<'c> {
     }
 
     /// Ledger rows as [`InFlight`], from a query selecting checkout id, idempotency key,
-    /// currency, reserved, reserved at and the agent's profile.
+    /// currency, reserved, reserved at, the agent's profile and the merchant.
     pub(super) fn in_flight_rows(
         &mut self,
         sql: &'static str,
@@ -300,6 +300,7 @@ impl<'c> PgTx<'c> {
                     total: self.get(row, 3)?,
                     reserved_at: from_micros(self.get(row, 4)?, "a ledger row's reserved_at")?,
                     agent_profile: self.get(row, 5)?,
+                    merchant: self.get(row, 6)?,
                 })
             })
             .collect()

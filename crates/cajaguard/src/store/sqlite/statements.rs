@@ -38,11 +38,20 @@ impl SqliteTx<'_> {
                 r.get::<_, i64>(3)?,
                 r.get::<_, i64>(4)?,
                 r.get::<_, Option<String>>(5)?,
+                r.get::<_, String>(6)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (checkout_id, idempotency_key, currency, total, reserved_at, agent_profile) = row?;
+            let (
+                checkout_id,
+                idempotency_key,
+                currency,
+                total,
+                reserved_at,
+                agent_profile,
+                merchant,
+            ) = row?;
             out.push(InFlight {
                 checkout_id,
                 idempotency_key,
@@ -50,6 +59,7 @@ impl SqliteTx<'_> {
                 total,
                 reserved_at: from_micros(reserved_at, "a ledger row's reserved_at")?,
                 agent_profile,
+                merchant,
             });
         }
         Ok(out)
@@ -188,7 +198,7 @@ impl Tx for SqliteTx<'_> {
 
     fn released_by_reconcile(&mut self, from_us: i64) -> Result<Vec<InFlight>, StoreError> {
         self.in_flight_rows(
-            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
+            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile, merchant FROM ledger
              WHERE state = 'released' AND released_by = 'reconcile' AND reserved_at >= ?1
              ORDER BY reserved_at",
             &[&from_us],
@@ -327,7 +337,7 @@ impl Tx for SqliteTx<'_> {
     fn in_flight_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError> {
         Ok(self
             .in_flight_rows(
-                "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
+                "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile, merchant FROM ledger
                  WHERE checkout_id = ?1 AND state = 'in_flight'",
                 &[&checkout_id],
             )?
@@ -337,7 +347,7 @@ impl Tx for SqliteTx<'_> {
     fn released_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError> {
         Ok(self
             .in_flight_rows(
-                "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
+                "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile, merchant FROM ledger
                  WHERE checkout_id = ?1 AND state = 'released'",
                 &[&checkout_id],
             )?
@@ -346,7 +356,7 @@ impl Tx for SqliteTx<'_> {
 
     fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError> {
         self.in_flight_rows(
-            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile FROM ledger
+            "SELECT checkout_id, idempotency_key, currency, reserved, reserved_at, agent_profile, merchant FROM ledger
              WHERE state = 'in_flight' ORDER BY reserved_at",
             &[],
         )
