@@ -30,6 +30,22 @@ fn read(rel: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
 }
 
+/// Every schema of the pinned shopping folder, with its file name.
+fn shopping_schemas() -> Vec<(String, Value)> {
+    let dir = ucp_dir().join("source/schemas/shopping");
+    let mut schemas = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let schema = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        schemas.push((name, schema));
+    }
+    schemas
+}
+
 /// `ucp_request` allows the field on complete: `"optional"`/`"required"`, or an object whose
 /// `complete` entry is not `"omit"`.
 fn sendable_on_complete(annotation: Option<&Value>) -> bool {
@@ -81,16 +97,11 @@ fn platform_fields_on_complete_come_from_checkout_json() {
 
 #[test]
 fn extension_fields_on_complete_come_from_the_extension_schemas() {
-    let dir = ucp_dir().join("source/schemas/shopping");
     let mut derived = BTreeSet::new();
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("json")
-            || path.ends_with("checkout.json")
-        {
+    for (name, schema) in shopping_schemas() {
+        if name == "checkout.json" {
             continue;
         }
-        let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let Some(parts) = schema
             .pointer("/$defs/dev.ucp.shopping.checkout/allOf")
             .and_then(Value::as_array)
@@ -199,13 +210,7 @@ fn omitted_fields(object: &str, operation: &str) -> BTreeSet<String> {
     let own = read(&format!("source/schemas/shopping/{object}.json"));
     add(own["properties"].as_object().unwrap());
     let extended = format!("dev.ucp.shopping.{object}");
-    let dir = ucp_dir().join("source/schemas/shopping");
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("json") {
-            continue;
-        }
-        let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for (_, schema) in shopping_schemas() {
         let Some(defs) = schema.get("$defs").and_then(Value::as_object) else {
             continue;
         };
@@ -251,13 +256,7 @@ fn the_fields_the_shop_sets_come_from_the_schemas() {
 #[test]
 fn payment_fields_omitted_on_complete_come_from_the_schemas() {
     let mut derived = BTreeSet::new();
-    let dir = ucp_dir().join("source/schemas/shopping");
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("json") {
-            continue;
-        }
-        let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for (_, schema) in shopping_schemas() {
         // An extension's payment object (payment-terms: `$defs/payment`).
         if let Some(props) = schema
             .pointer("/$defs/payment/properties")

@@ -341,12 +341,10 @@ fn a_charge_that_differs_freezes_payments_even_when_its_settlement_cannot_be_wri
     );
 }
 
-/// A payment whose answer never came, released once stale because its checkout then read open,
-/// and completed by the shop after all: the next time the checkout is read back for a payment,
-/// completed, the charge is counted before the gate decides, so the agent cannot spend it again
-/// elsewhere under the window.
-#[test]
-fn a_charge_that_lands_after_its_release_is_counted_when_the_checkout_reads_completed() {
+/// A payment whose answer never came (the shop hangs), then released once stale by an update's
+/// reconciliation, which reads the checkout open; every later read says completed, as if the
+/// shop charged after all. Returns the world and the agent's session.
+fn a_payment_released_before_the_shop_completed_it() -> (World, Mcp) {
     let ready = ready_checkout(CHECKOUT);
     let mut completed = ready.clone();
     completed["status"] = json!("completed");
@@ -372,7 +370,15 @@ fn a_charge_that_lands_after_its_release_is_counted_when_the_checkout_reads_comp
     );
     assert_ne!(updated["isError"], json!(true), "{updated}");
     assert_eq!(usd_spend(&world), (0, 0), "released as stale and open");
-    // The shop completed it after all: the next payment attempt reads it completed.
+    (world, mcp)
+}
+
+/// The shop completed a released payment after all: the next time the checkout is read back
+/// for a payment, completed, the charge is counted before the gate decides, so the agent cannot
+/// spend it again elsewhere under the window.
+#[test]
+fn a_charge_that_lands_after_its_release_is_counted_when_the_checkout_reads_completed() {
+    let (world, mut mcp) = a_payment_released_before_the_shop_completed_it();
     let again = mcp.call(
         "complete_checkout",
         Mcp::complete_arguments(CHECKOUT, &uuid()),
@@ -387,28 +393,7 @@ fn a_charge_that_lands_after_its_release_is_counted_when_the_checkout_reads_comp
 /// elsewhere are held to the window with it.
 #[test]
 fn a_charge_that_lands_after_its_release_is_counted_by_a_live_proxy_on_its_own() {
-    let ready = ready_checkout(CHECKOUT);
-    let mut completed = ready.clone();
-    completed["status"] = json!("completed");
-    let world = World::fast_test_shop(json!({ "on": {
-        "get_checkout": [{"checkout": ready}, {"checkout": ready}, {"checkout": completed}],
-        "complete_checkout": [{"hang": true}],
-        "update_checkout": [{"checkout": ready}],
-    }}));
-    let mut mcp = world.proxy();
-    let paid = mcp.call(
-        "complete_checkout",
-        Mcp::complete_arguments(CHECKOUT, &uuid()),
-    );
-    assert!(paid.to_string().contains("outcome is unknown"), "{paid}");
-    std::thread::sleep(std::time::Duration::from_millis(2300));
-    let updated = mcp.call(
-        "update_checkout",
-        json!({ "meta": { "ucp-agent": { "profile": AGENT } }, "id": CHECKOUT,
-                "checkout": { "line_items": [] } }),
-    );
-    assert_ne!(updated["isError"], json!(true), "{updated}");
-    assert_eq!(usd_spend(&world), (0, 0), "released as stale and open");
+    let (world, mut mcp) = a_payment_released_before_the_shop_completed_it();
     // Passes every 4 s with this 1 s shop timeout: the next reads it completed.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while usd_spend(&world) != (2400, 0) {

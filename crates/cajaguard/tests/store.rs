@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use cajaguard::store::{
     ApprovalStatus, AuditEvent, AuditRecord, Claim, Conflict, DB_FILE, FiledApproval, FrozenBy,
-    GateCall, Gated, ReleasedBy, ShopObject, Store, StoreError, WindowSpend,
+    GateCall, Gated, Permit, ReleasedBy, ShopObject, Store, StoreError, WindowSpend,
 };
 use cajaguard_core::agent::AgentId;
 use cajaguard_core::approval::{
@@ -1787,34 +1787,40 @@ fn a_charge_in_another_currency_counts_there(fx: &Fixture) {
     assert_eq!(spend(store, NOW, "JPY"), spent(21900, 0));
 }
 
-fn a_refusal_of_an_attempt_retried_since_releases_nothing(fx: &Fixture) {
-    let store = &fx.store;
-    let gate = |now: OffsetDateTime, outcome: Outcome| {
-        let claim = store.claim("c1", "k1", now, DAY).unwrap().unwrap();
-        store
-            .gate(
-                &claim,
-                &request("c1", "k1"),
-                &quote("c1", "USD", 2400),
-                &d(1),
-                None,
-                DAY,
-                now,
-                true,
-                &mut |_, _, _| outcome.clone(),
-                &record(now),
-            )
-            .unwrap()
-            .permit
-            .unwrap()
-    };
-    let first = gate(NOW, forward("USD", 2400, None));
-    let retry = Outcome {
+/// Claims checkout c1 under key k1 at `now` and gates it (USD 24.00) with `outcome`: the first
+/// attempt (a forward) or its retry.
+fn gate_c1_k1(store: &Store, now: OffsetDateTime, outcome: Outcome) -> Permit {
+    let claim = store.claim("c1", "k1", now, DAY).unwrap().unwrap();
+    store
+        .gate(
+            &claim,
+            &request("c1", "k1"),
+            &quote("c1", "USD", 2400),
+            &d(1),
+            None,
+            DAY,
+            now,
+            true,
+            &mut |_, _, _| outcome.clone(),
+            &record(now),
+        )
+        .unwrap()
+        .permit
+        .unwrap()
+}
+
+fn retry() -> Outcome {
+    Outcome {
         ruling: ruling(Reason::IdempotentRetry),
         effect: Effect::Retry,
-    };
+    }
+}
+
+fn a_refusal_of_an_attempt_retried_since_releases_nothing(fx: &Fixture) {
+    let store = &fx.store;
+    let first = gate_c1_k1(store, NOW, forward("USD", 2400, None));
     let later = NOW + time::Duration::seconds(1);
-    let second = gate(later, retry);
+    let second = gate_c1_k1(store, later, retry());
     // The shop refuses the first (say, "key in use") while the retry is at the shop.
     store
         .settle_permit(&first, &Settlement::Released, later, &record(later))
@@ -1836,32 +1842,11 @@ fn a_refusal_of_an_attempt_retried_since_releases_nothing(fx: &Fixture) {
 /// reading said nothing of it.
 fn a_reconciliation_release_of_a_renewed_reservation_releases_nothing(fx: &Fixture) {
     let store = &fx.store;
-    let gate = |now: OffsetDateTime, outcome: Outcome| {
-        let claim = store.claim("c1", "k1", now, DAY).unwrap().unwrap();
-        store
-            .gate(
-                &claim,
-                &request("c1", "k1"),
-                &quote("c1", "USD", 2400),
-                &d(1),
-                None,
-                DAY,
-                now,
-                true,
-                &mut |_, _, _| outcome.clone(),
-                &record(now),
-            )
-            .unwrap()
-    };
-    gate(NOW, forward("USD", 2400, None));
+    gate_c1_k1(store, NOW, forward("USD", 2400, None));
     // The reconciliation's snapshot, taken before it asks the shop.
     let read = store.in_flight_of("c1").unwrap().unwrap();
     let later = NOW + time::Duration::seconds(5);
-    let retry = Outcome {
-        ruling: ruling(Reason::IdempotentRetry),
-        effect: Effect::Retry,
-    };
-    gate(later, retry);
+    gate_c1_k1(store, later, retry());
     store
         .settle_reconciled(&read, &Settlement::Released, later, &record(later))
         .unwrap();
