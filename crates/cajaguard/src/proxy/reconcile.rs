@@ -11,8 +11,8 @@
 //! call. A completion is safe to record at any age: the live proxy would settle the same amount.
 //!
 //! Reconciliation runs at start (in the background, so a slow shop does not hold up the agent) over
-//! every reservation in flight, then every minute over the stale ones and the releases that may
-//! still land, and before each `complete_checkout` for the checkout at hand (where a checkout read
+//! every reservation in flight, then, for as long as the proxy lives, every twice the stale age
+//! (at least 4 s) over the stale ones and the releases that may still land, and before each `complete_checkout` for the checkout at hand (where a checkout read
 //! completed also counts a released reservation of it).
 
 use std::sync::Arc;
