@@ -1078,3 +1078,43 @@ fn a_cancelled_request_frees_its_id_and_its_place_at_once() {
     assert_eq!(again.status, 200, "{again:?}");
     assert!(again.json().get("result").is_some(), "{again:?}");
 }
+
+/// The `Mcp-Method` and `Mcp-Name` headers of the 2026-07-28 era must say what the body says: a
+/// gateway in front may route or authorize by them, while the gate reads the body.
+#[test]
+fn headers_that_disagree_with_the_body_are_refused() {
+    let (world, served) = two_agents();
+    let auth = format!("Bearer {ALICE}");
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "cajaguard_status", "arguments": {},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }
+    }})
+    .to_string();
+    let with = |method: &str, name: &str| {
+        post(
+            &served.url,
+            &[
+                ("authorization", &auth),
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", method),
+                ("mcp-name", name),
+            ],
+            &call,
+        )
+    };
+    for (method, name) in [
+        ("ping", "cajaguard_status"),
+        ("tools/call", "search_catalog"),
+    ] {
+        let reply = with(method, name);
+        assert_eq!(reply.status, 400, "{method} {name}: {reply:?}");
+        assert_eq!(reply.json()["error"]["code"], json!(-32020), "{reply:?}");
+    }
+    let agreed = with("tools/call", "cajaguard_status");
+    assert_eq!(agreed.status, 200, "{agreed:?}");
+    assert!(agreed.json().get("result").is_some(), "{agreed:?}");
+    assert_eq!(world.shop_calls().len(), 0);
+}

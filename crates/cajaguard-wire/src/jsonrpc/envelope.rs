@@ -13,6 +13,9 @@ pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
+/// A request whose `Mcp-Method` or `Mcp-Name` header disagrees with its body, as the MCP SDKs'
+/// servers number it.
+pub const HEADER_MISMATCH: i64 = -32020;
 /// A request its client cancelled (`notifications/cancelled`), as the MCP SDKs number it.
 pub const REQUEST_CANCELLED: i64 = -32800;
 /// The shop could not be reached or did not answer.

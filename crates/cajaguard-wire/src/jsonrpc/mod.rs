@@ -7,8 +7,8 @@ mod lines;
 mod messages;
 
 pub use envelope::{
-    Envelope, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, Invalid, METHOD_NOT_FOUND,
-    OVERLOADED, PARSE_ERROR, REQUEST_CANCELLED, SHOP_UNAVAILABLE, id_key,
+    Envelope, HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, Invalid,
+    METHOD_NOT_FOUND, OVERLOADED, PARSE_ERROR, REQUEST_CANCELLED, SHOP_UNAVAILABLE, id_key,
 };
 pub use lines::{Line, one_line, read_line};
 pub use messages::{Sink, error, notification, quote, raw_error, request, result};

@@ -226,6 +226,33 @@ fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// What is wrong when the `Mcp-Method` or `Mcp-Name` header (which clients of the 2026-07-28
+/// era send, and a gateway in front may route or authorize by) disagrees with the body: the
+/// gate reads the body, so a header that says another method or tool would mislead only what
+/// reads the headers. Refused as the MCP SDK's own server refuses it (-32020).
+fn header_mismatch(
+    headers: &HeaderMap,
+    method: Option<&str>,
+    params: Option<&RawValue>,
+) -> Option<String> {
+    if let Some(said) = headers.get("mcp-method")
+        && said.to_str().ok() != method
+    {
+        return Some("the Mcp-Method header does not name the body's method".to_owned());
+    }
+    let said = headers.get("mcp-name")?;
+    #[derive(serde::Deserialize)]
+    struct Named {
+        name: Option<String>,
+    }
+    let name = params
+        .filter(|_| method == Some("tools/call"))
+        .and_then(|p| serde_json::from_str::<Named>(p.get()).ok())
+        .and_then(|named| named.name);
+    (said.to_str().ok() != name.as_deref())
+        .then(|| "the Mcp-Name header does not name the body's tool".to_owned())
+}
+
 /// The `Origin` header as `origin_allowed` takes it: one that is there but not readable text
 /// is an origin no configuration allows, never an absent one.
 fn origin_header(headers: &HeaderMap) -> Option<&str> {
@@ -465,6 +492,12 @@ async fn mcp(State(state): State<Shared>, request: axum::extract::Request) -> Re
     // `answer_within` and keep its slot and its id).
     if let Err(invalid) = jsonrpc::Envelope::parse_agent(&message, &crate::proxy::known_method) {
         return json(StatusCode::BAD_REQUEST, invalid.line());
+    }
+    if let Some(mismatch) = header_mismatch(&headers, peek.method.as_deref(), peek.params) {
+        return json(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::error(peek.id, jsonrpc::HEADER_MISMATCH, &mismatch),
+        );
     }
     // Only a request (an id and a method) gets an answer; a response from the client (an id, no
     // method) is taken like a notification.
