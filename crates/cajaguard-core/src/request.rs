@@ -251,12 +251,8 @@ impl CompleteRequest {
         let omitted: Vec<String> = payment
             .keys()
             .filter(|k| {
-                let folded: String = k
-                    .chars()
-                    .flat_map(char::to_uppercase)
-                    .flat_map(char::to_lowercase)
-                    .collect();
-                PAYMENT_FIELDS_OMITTED_ON_COMPLETE.contains(&folded.as_str())
+                PAYMENT_FIELDS_OMITTED_ON_COMPLETE
+                    .contains(&cajaguard_wire::rawjson::folded(k).as_str())
             })
             .map(|k| shown_name(k))
             .collect();

@@ -352,17 +352,15 @@ impl<'p, 'a> Walker<'p, 'a> {
 }
 
 /// Whether the key `k` is the field `name` to a shop that reads keys ignoring case, as Go's
-/// `encoding/json` does (`Credential`, `TOKEN`; and `ſ` for `s`, `K` for `k`): each character
-/// upper-cased, then lower-cased, as the proxy's duplicate-key check compares them. Two keys of
+/// `encoding/json` does (`Credential`, `TOKEN`; and `ſ` for `s`, `K` for `k`): as the proxy's
+/// duplicate-key check compares them (`rawjson::folded`). Two keys of
 /// one object that fold alike are refused before the tripwire runs, so at most one matches.
 fn names(k: &str, name: &str) -> bool {
+    // Without allocating for the plain keys nearly every call has.
     if k.is_ascii() {
         return k.eq_ignore_ascii_case(name);
     }
-    k.chars()
-        .flat_map(char::to_uppercase)
-        .flat_map(char::to_lowercase)
-        .eq(name.chars())
+    cajaguard_wire::rawjson::folded(k) == name
 }
 
 /// The value of the field `name` of `map`, its key compared as [`names`] does.

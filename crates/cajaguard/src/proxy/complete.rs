@@ -191,15 +191,14 @@ impl Proxy {
             })?,
             other => return checkout::quote_from_reply(other, &request.checkout_id),
         };
+        let quote = checkout::quote_from_result(&result, &request.checkout_id);
         if claim.is_retry() {
             self.reconcile_at_hand(request, &result, agent);
-        } else if matches!(
-            settle::read_checkout(&result, &request.checkout_id),
-            Reading::Completed(_)
-        ) {
+        } else if quote.as_ref().is_ok_and(|q| q.status == "completed") {
+            // Rare: only then is the answer read again, as a settlement reads it.
             self.count_late_completion(&request.checkout_id, &result, agent);
         }
-        checkout::quote_from_result(&result, &request.checkout_id)
+        quote
     }
 
     /// Steps 0 and 5-12 in one store transaction. `Err`: nothing was decided (the store failed or
