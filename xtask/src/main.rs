@@ -133,7 +133,7 @@ fn service_throughput(args: &Args) -> Result<bool> {
     };
     for load in [&t.one, &t.two] {
         println!(
-            "{} process(es): {:.0} decisions/s, {} allowed, {} over_window_cap, {} other, overspend {} / agent {}, latency p50 {:.2} ms",
+            "{} process(es): {:.0} decisions/s, {} allowed, {} over_window_cap, {} other, overspend {} / agent {}, latency p50 {:.2} ms, machine CPU {:.2} ms a decision",
             load.processes,
             load.decisions_per_second,
             load.allowed,
@@ -141,7 +141,8 @@ fn service_throughput(args: &Args) -> Result<bool> {
             load.other,
             load.overspend_minor,
             load.agent_overspend_minor,
-            load.latency.p50_ns / 1e6
+            load.latency.p50_ns / 1e6,
+            load.cpu_ms_per_decision
         );
     }
     println!(

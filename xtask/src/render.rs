@@ -262,11 +262,12 @@ fn throughput_table(out: &mut String, t: &Throughput) {
 fn service_load_row(out: &mut String, l: &Load, floor: &str) {
     let _ = writeln!(
         out,
-        "| {} | {} | {:.2} | {:.0} | {} | {} | {} | {} / {} | {} / {} / {} | {} |",
+        "| {} | {} | {:.2} | {:.0} | {:.2} ms | {} | {} | {} | {} / {} | {} / {} / {} | {} |",
         l.processes,
         l.decisions,
         l.seconds,
         l.decisions_per_second,
+        l.cpu_ms_per_decision,
         l.allowed,
         l.over_window_cap,
         l.other,
@@ -280,8 +281,8 @@ fn service_load_row(out: &mut String, l: &Load, floor: &str) {
 }
 
 fn service_throughput_table(out: &mut String, t: &ServiceThroughput) {
-    out.push_str("| Processes | Decisions | Seconds | Decisions/s | Allowed | over_window_cap | Other | Overspend global / worst agent | Latency p50 / p95 / p99 | Role |\n");
-    out.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    out.push_str("| Processes | Decisions | Seconds | Decisions/s | Machine CPU / decision | Allowed | over_window_cap | Other | Overspend global / worst agent | Latency p50 / p95 / p99 | Role |\n");
+    out.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     service_load_row(out, &t.two, "the figure (median round)");
     service_load_row(
         out,
@@ -297,7 +298,7 @@ fn service_throughput_table(out: &mut String, t: &ServiceThroughput) {
     };
     let _ = writeln!(
         out,
-        "\n{} rounds, each a load on one process then on two, on fresh stores; decisions/s in every round, in order: 2 processes {}; 1 process {}. Overspend over every round: USD {} global, USD {} worst agent.",
+        "\n{} rounds, each a load on one process then on two, on fresh stores; decisions/s in every round, in order: 2 processes {}; 1 process {}. Machine CPU / decision: the whole machine's busy CPU over the load (the agents, the services, their shops and PostgreSQL, from /proc/stat) over its decisions, steadier than the rate on a shared VM. Overspend over every round: USD {} global, USD {} worst agent.",
         t.rounds,
         rates(&t.two_rounds),
         rates(&t.one_rounds),

@@ -131,7 +131,7 @@ fn measure(scratch: &Path, per_process: usize, progress: &dyn Fn(&str)) -> Resul
 
 /// The whole machine's CPU time counters (busy, total) from the first line of /proc/stat, in
 /// ticks; `None` where there is no /proc.
-fn cpu_ticks() -> Option<(u64, u64)> {
+pub fn cpu_ticks() -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let fields: Vec<u64> = stat
         .lines()

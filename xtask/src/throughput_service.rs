@@ -48,6 +48,10 @@ pub struct Load {
     pub counted_minor: i64,
     /// One complete_checkout as the agent sees it.
     pub latency: Summary,
+    /// The whole machine's busy CPU over the load (every process: the agents, the services,
+    /// their shops, PostgreSQL), per decision, in milliseconds: less noisy than the rate
+    /// on a shared VM, and what a change to the payment path's work moves first.
+    pub cpu_ms_per_decision: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -294,6 +298,7 @@ fn load(
         .collect();
     barrier.wait();
     let started = Instant::now();
+    let ticks_before = crate::throughput::cpu_ticks();
     let mut rulings = Vec::new();
     for handle in handles {
         rulings.extend(
@@ -303,6 +308,10 @@ fn load(
         );
     }
     let seconds = started.elapsed().as_secs_f64();
+    let busy_ticks = match (ticks_before, crate::throughput::cpu_ticks()) {
+        (Some((before, _)), Some((after, _))) => after.saturating_sub(before),
+        _ => 0,
+    };
     drop(services);
 
     let count = |what: &str| rulings.iter().filter(|(r, _)| r == what).count();
@@ -346,5 +355,14 @@ fn load(
         agent_overspend_minor,
         counted_minor,
         latency: Summary::of(&latencies),
+        cpu_ms_per_decision: busy_ticks as f64 * 1000.0
+            / clock_ticks_per_second()
+            / rulings.len().max(1) as f64,
     })
+}
+
+/// `/proc/stat` counts in clock ticks: 100 a second on Linux (`USER_HZ`, fixed by the kernel's
+/// ABI whatever `HZ` it was built with).
+fn clock_ticks_per_second() -> f64 {
+    100.0
 }

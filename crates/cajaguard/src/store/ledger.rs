@@ -326,6 +326,8 @@ pub(super) fn settle(
             charge.differs.join(", ")
         );
         tx.freeze_put(micros(now), &reason)?;
+        // Gates act on the freeze: it must not be lost to a power cut.
+        tx.durable_on_commit();
     }
     let agent = row.agent.as_deref();
     match (settlement, row.state) {

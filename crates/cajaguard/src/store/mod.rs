@@ -236,7 +236,8 @@ impl Store {
 
     /// [`Store::write`] for writes whose loss in a crash fails closed and that nothing acts on
     /// before a later write is made durable: PostgreSQL's commit does not wait for the flush
-    /// (SQLite's never does; the gate syncs before it forwards).
+    /// (SQLite's never does; the gate syncs before it forwards), unless `f` asks for it
+    /// ([`tx::Tx::durable_on_commit`]: a forward, a freeze).
     fn write_unflushed<T>(
         &self,
         f: &mut dyn FnMut(&mut dyn tx::Tx) -> Result<T, StoreError>,
@@ -478,7 +479,9 @@ impl Store {
         if *settlement == Settlement::Unknown {
             return self.audit(event, record);
         }
-        self.write(&mut |tx| {
+        // Lost to a power cut, a settlement leaves its reservation in flight (counted) for
+        // reconciliation to settle again; one that freezes waits for its flush.
+        self.write_unflushed(&mut |tx| {
             ledger::settle(
                 tx,
                 checkout_id,

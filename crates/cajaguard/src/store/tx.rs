@@ -148,6 +148,14 @@ pub(super) trait Tx:
     /// SQLite: nothing to do, `BEGIN IMMEDIATE` already holds the database's write lock.
     /// PostgreSQL: the currency's advisory lock, then the checkout's, in one statement.
     fn lock_gate(&mut self, currency: &str, checkout_id: &str) -> Result<(), StoreError>;
+    /// Someone acts on this transaction once it commits (a payment goes out under its
+    /// reservation, payments stay frozen by it): its commit must be on disk before the commit
+    /// returns. A write transaction that never says this may be lost to a power cut of the
+    /// database's host, so its loss must fail closed (see `Store::write_unflushed`).
+    /// PostgreSQL: the commit waits for its flush. SQLite: nothing here; the gate syncs after
+    /// the commit, outside the write lock (`Store::made_durable`), and a settlement's freeze is
+    /// synced by the next gate that forwards, which reads it first.
+    fn durable_on_commit(&mut self) {}
     /// [`Tx::lock_gate`] for several gates of one currency decided in one transaction
     /// (`gate::batch`): the currency's lock once, then each checkout's. `checkout_ids` holds no
     /// id twice.

@@ -89,7 +89,7 @@ impl Store {
         decide: &mut Decide<'_>,
     ) -> Result<Gated, StoreError> {
         let input = &gate.input;
-        let outcome = self.write(&mut |tx| {
+        let outcome = self.write_unflushed(&mut |tx| {
             tx.lock_gate(&input.quote.currency, &input.request.checkout_id)?;
             let reads = tx.gate_reads(&gate.keys())?;
             decide_and_apply(tx, gate, reads, &[], decide).map(|(outcome, _)| outcome)
@@ -210,8 +210,13 @@ fn decide_and_apply(
     let passkey_candidates =
         passkeys::candidates(tx, passkeys::parse(request_id, reads.passkey_texts))?;
     let outcome = decide(&view, &candidates, &passkey_candidates);
-    if !matches!(outcome.effect, Effect::Refuse { .. }) && !claim_held {
-        return Err(StoreError::ClaimLost);
+    if !matches!(outcome.effect, Effect::Refuse { .. }) {
+        if !claim_held {
+            return Err(StoreError::ClaimLost);
+        }
+        // A payment goes out under this commit: it must survive a power cut first. (A refusal
+        // need not: lost, the agent was refused all the same.)
+        tx.durable_on_commit();
     }
     let mut bumps = Vec::new();
     match &outcome.effect {

@@ -3,6 +3,7 @@
 //! whole after a serialization failure or deadlock, and a connection that is lost is dropped (the
 //! call refused) and replaced by the next call.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -49,6 +50,8 @@ pub(in crate::store) struct Postgres {
     pool: Mutex<Pool>,
     /// Signalled when a connection is given back or dropped.
     returned: Condvar,
+    /// Commits that waited for their flush (tests read it: which writes pay for the disk).
+    flushed_commits: AtomicU64,
 }
 
 struct Pool {
@@ -87,6 +90,7 @@ impl Postgres {
                 open: 1,
             }),
             returned: Condvar::new(),
+            flushed_commits: AtomicU64::new(0),
         };
         let mut session = store.connect()?;
         // Every host may start at once. Migrations queue on one advisory lock (bounded by
@@ -211,6 +215,12 @@ impl Postgres {
         self.returned.notify_one();
     }
 
+    /// How many commits so far waited for their flush.
+    #[cfg(test)]
+    pub(in crate::store) fn flushed_commits(&self) -> u64 {
+        self.flushed_commits.load(Ordering::Relaxed)
+    }
+
     /// `f` in one transaction, committed (and flushed) if it returns `Ok`.
     pub(in crate::store) fn run<T>(
         &self,
@@ -281,7 +291,11 @@ impl Postgres {
             let result = f(&mut tx);
             let result = match result {
                 Ok(value) => {
+                    let flushed = tx.flushes_on_commit();
                     let committed = tx.commit();
+                    if flushed && committed.is_ok() {
+                        self.flushed_commits.fetch_add(1, Ordering::Relaxed);
+                    }
                     committed.map(|()| value)
                 }
                 Err(e) => {

@@ -25,6 +25,10 @@ const WINDOW_SUM: &str = window_sum!();
 pub(super) const EXPLAIN_WINDOW_SUM: &str = concat!("EXPLAIN ", window_sum!());
 
 impl Tx for PgTx<'_> {
+    fn durable_on_commit(&mut self) {
+        self.flush_on_commit();
+    }
+
     fn lock_gate(&mut self, currency: &str, checkout_id: &str) -> Result<(), StoreError> {
         // The currency's lock, then the checkout's (see `lock_checkout`), as every transaction
         // that takes both: the subquery (OFFSET 0, so it is not flattened) yields its row, its

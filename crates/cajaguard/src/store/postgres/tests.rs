@@ -459,3 +459,94 @@ fn a_currencys_gate_lock_is_held_per_schema() {
     let err = in_same_schema.expect_err("the same schema's gate waits for the holder");
     assert!(matches!(err, StoreError::Busy { .. }), "{err}");
 }
+
+/// A write waits for the disk only when something acts on it once it commits: a gate that
+/// forwards (the payment goes out under its reservation) and a settlement that freezes payments.
+/// A claim, a refusal and a settlement that only moves the books commit without waiting; lost to
+/// a power cut, each fails closed (`Access::WriteUnflushed`).
+#[test]
+fn only_a_forward_and_a_freeze_wait_for_the_disk() {
+    use cajaguard_core::approval::BasketDigest;
+    use cajaguard_core::effect::Outcome;
+    use cajaguard_core::policy::{StoreConfig, StoreUrl};
+    use cajaguard_core::settle::{Charge, Settlement};
+    use cajaguard_core::verdict::Reason;
+    use cajaguard_harness::fixtures;
+
+    use crate::store::{Backend, Gated, Store};
+
+    let Some(schema) = pg::schema_or_notice("only_a_forward_and_a_freeze_wait_for_the_disk") else {
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let url = StoreUrl::Literal(zeroize::Zeroizing::new(schema.url.clone()));
+    let store = Store::open_with(home.path(), &StoreConfig::Postgres { url }).unwrap();
+    let Backend::Postgres(db) = &store.backend else {
+        panic!("a PostgreSQL config opened another store");
+    };
+    let now = time::macros::datetime!(2026-12-03 12:00 UTC);
+    let day = Duration::from_secs(24 * 3600);
+    let record = AuditRecord::new(now, "complete_checkout");
+    let gate = |checkout: &str, forwards: bool| -> Gated {
+        let request = fixtures::request(checkout);
+        let quote = fixtures::quote(checkout, 2400);
+        let digest = BasketDigest::of(&quote, &request.instruments);
+        let outcome: Outcome = if forwards {
+            fixtures::forward(2400, digest, None)
+        } else {
+            fixtures::refuse(Reason::OverWindowCap)
+        };
+        let claim = store
+            .claim(checkout, &request.idempotency_key, now, day)
+            .unwrap()
+            .unwrap();
+        store
+            .gate(
+                &claim,
+                &request,
+                &quote,
+                &digest,
+                None,
+                day,
+                now,
+                false,
+                &mut |_, _, _| outcome.clone(),
+                &record,
+            )
+            .unwrap()
+    };
+    let start = db.flushed_commits();
+    let flushed = || db.flushed_commits() - start;
+
+    let paid = gate("c1", true);
+    assert_eq!(flushed(), 1, "a forward waits for its flush");
+    let refused = gate("c2", false);
+    assert!(refused.permit.is_none());
+    assert_eq!(flushed(), 1, "a claim and a refusal do not");
+    let permit = paid.permit.unwrap();
+    let as_reserved = Settlement::Completed(Charge::as_reserved(2400));
+    store
+        .settle_permit(&permit, &as_reserved, now, &record)
+        .unwrap();
+    assert_eq!(flushed(), 1, "nor a settlement that only moves the books");
+
+    let permit = gate("c3", true).permit.unwrap();
+    assert_eq!(flushed(), 2);
+    let differs = Settlement::Completed(Charge {
+        amount: 2600,
+        currency: None,
+        differs: vec!["total"],
+    });
+    store
+        .settle_permit(&permit, &differs, now, &record)
+        .unwrap();
+    assert!(
+        store.frozen().unwrap().is_some(),
+        "the settlement froze payments"
+    );
+    assert_eq!(
+        flushed(),
+        3,
+        "and waited for its flush, since gates act on it"
+    );
+}

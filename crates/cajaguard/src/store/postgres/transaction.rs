@@ -45,8 +45,11 @@ pub(super) enum Access {
     /// Writes whose commit does not wait for their flush, because nothing acts on them before a
     /// later write's flush, which covers them (WAL is flushed in order), and their loss in a crash
     /// fails closed. A claim: the gate that forwards under it is flushed first, and a gate that
-    /// finds its claim gone refuses (`StoreError::ClaimLost`). As SQLite's commits, which are
-    /// synced only when a gate forwards.
+    /// finds its claim gone refuses (`StoreError::ClaimLost`). A refusal: the agent is refused
+    /// whether or not its record survives. A settlement: lost, its reservation stays in flight,
+    /// counted, until reconciliation reads the checkout again. As SQLite's commits, which are
+    /// synced only when a gate forwards. Such a transaction becomes [`Access::Write`] when it
+    /// asks for it ([`PgTx::flush_on_commit`]: a gate that forwards, a settlement that freezes).
     WriteUnflushed,
 }
 
@@ -126,6 +129,18 @@ impl<'c> PgTx<'c> {
     #[cfg(test)]
     pub(super) fn round_trips(&self) -> u32 {
         self.round_trips
+    }
+
+    /// From here on, this transaction's commit waits for its flush (see [`Access::Write`]).
+    pub(super) fn flush_on_commit(&mut self) {
+        if self.access == Access::WriteUnflushed {
+            self.access = Access::Write;
+        }
+    }
+
+    /// Whether [`PgTx::commit`] will wait for the flush.
+    pub(super) fn flushes_on_commit(&self) -> bool {
+        self.access == Access::Write
     }
 
     /// Whether `COMMIT` went out: a lost connection before that rolled the transaction back.
