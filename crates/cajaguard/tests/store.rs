@@ -840,22 +840,64 @@ fn buckets_always_agree_with_the_ledger(fx: &Fixture) {
         }
     }
     let mut raw = fx.raw();
-    let from_buckets = raw.triples(
-        "SELECT currency, CAST(SUM(settled) AS BIGINT), CAST(SUM(in_flight) AS BIGINT)
+    // What the window counts, per currency: the buckets' sums against the ledger's rows.
+    let counted_by_buckets = raw.triples(
+        "SELECT currency, CAST(SUM(settled + in_flight) AS BIGINT), CAST(0 AS BIGINT)
          FROM spend_buckets GROUP BY currency ORDER BY currency",
     );
+    let counted_by_ledger = raw.triples(
+        "SELECT currency,
+                CAST(SUM(CASE state WHEN 'settled' THEN charged
+                                    WHEN 'in_flight' THEN reserved ELSE 0 END) AS BIGINT), CAST(0 AS BIGINT)
+         FROM ledger GROUP BY currency ORDER BY currency",
+    );
+    assert_eq!(counted_by_buckets, counted_by_ledger);
+    // And the split a status shows.
     let from_ledger = raw.triples(
         "SELECT currency,
                 CAST(SUM(CASE state WHEN 'settled' THEN charged ELSE 0 END) AS BIGINT),
                 CAST(SUM(CASE state WHEN 'in_flight' THEN reserved ELSE 0 END) AS BIGINT)
          FROM ledger GROUP BY currency ORDER BY currency",
     );
-    assert_eq!(from_buckets, from_ledger);
+    let all_time = Duration::from_secs(365 * 24 * 3600);
+    let from_store: Vec<(String, i64, i64)> = store
+        .window_spend(all_time, NOW + time::Duration::minutes(400 * 7))
+        .unwrap()
+        .into_iter()
+        .map(|(currency, spend)| (currency, spend.settled, spend.in_flight))
+        .collect();
+    assert_eq!(from_store, from_ledger);
     assert!(
-        from_buckets
+        from_store
             .iter()
             .any(|(_, settled, in_flight)| *settled > 0 && *in_flight > 0)
     );
+}
+
+/// A completion exactly as reserved changes nothing the window counts, so it leaves the hour's
+/// bucket (which every gate of the currency writes) alone: the settlement does not queue behind
+/// the gates for it. The status still shows the spend as settled, and a charge that differs
+/// still moves the buckets.
+fn a_completion_as_reserved_leaves_the_buckets_alone(fx: &Fixture) {
+    let store = &fx.store;
+    let buckets = |fx: &Fixture| {
+        fx.raw().triples(
+            "SELECT currency, CAST(SUM(settled) AS BIGINT), CAST(SUM(in_flight) AS BIGINT)
+             FROM spend_buckets GROUP BY currency ORDER BY currency",
+        )
+    };
+    reserve(store, "c1", "k1", 2400, NOW);
+    let reserved = buckets(fx);
+    assert_eq!(reserved, vec![("USD".to_owned(), 0, 2400)]);
+    settle(store, "c1", "k1", &completed(2400));
+    assert_eq!(buckets(fx), reserved, "as reserved: no bucket written");
+    assert_eq!(spend(store, NOW, "USD"), spent(2400, 0));
+
+    reserve(store, "c2", "k2", 1000, NOW);
+    assert_eq!(spend(store, NOW, "USD"), spent(2400, 1000));
+    settle(store, "c2", "k2", &completed(1300));
+    assert_eq!(buckets(fx), vec![("USD".to_owned(), 1300, 2400)]);
+    assert_eq!(spend(store, NOW, "USD"), spent(3700, 0));
 }
 
 // ---- pending requests and the audit log ----
@@ -2622,6 +2664,7 @@ both!(
     claims_keep_updates_and_other_payments_off_until_settlement,
     an_abandoned_claim_lapses_only_without_a_reservation,
     a_claim_lost_before_its_gate_makes_the_gate_refuse,
+    a_completion_as_reserved_leaves_the_buckets_alone,
     a_freeze_holds_until_its_own_signed_unfreeze,
     a_charge_in_another_currency_counts_there,
     a_refusal_of_an_attempt_retried_since_releases_nothing,

@@ -9,7 +9,16 @@
 //!
 //! A ledger row counts its spend in the bucket of the hour it was reserved (`hour`), whatever happens
 //! later: settling or releasing adjusts that same bucket, so the two never drift apart.
+//!
+//! A bucket's `settled + in_flight` is what the window counts; its `in_flight` holds amounts
+//! counted at their reservation: the reservations in flight, and those the shop completed exactly
+//! as reserved. Such a completion changes nothing the window counts, so it leaves the bucket
+//! alone: the hour's bucket, which every gate of the currency writes, is not locked again by
+//! every settlement (in the service throughput run, settlements waiting behind gates on it had
+//! been a third of all the time PostgreSQL spent in statements). The settled / in-flight split a
+//! status shows is read from the ledger's rows in flight ([`window_spend`]).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cajaguard_core::effect::{CheckoutLedger, LedgerView};
@@ -17,7 +26,7 @@ use cajaguard_core::settle::Settlement;
 use time::OffsetDateTime;
 
 use super::tx::{GateKeys, GateReads, LedgerRow, ReleasedBy, Reservation, State, Tx};
-use super::{StoreError, micros};
+use super::{StoreError, WindowSpend, micros};
 
 const SECONDS_PER_HOUR: i64 = 3600;
 
@@ -209,6 +218,38 @@ pub(super) fn view(
     })
 }
 
+/// Settled and in-flight spend per bucket account (a currency, or an agent's `CUR/agent`) over the
+/// buckets from `from_hour` on. In flight: the reserved amounts of the ledger's rows in flight in
+/// those hours; settled: the rest of what the buckets count (see the module comment).
+pub(super) fn window_spend(
+    tx: &mut dyn Tx,
+    from_hour: i64,
+) -> Result<BTreeMap<String, WindowSpend>, StoreError> {
+    let mut in_flight: BTreeMap<String, i64> = BTreeMap::new();
+    for (currency, agent, reserved) in tx.in_flight_sums(from_hour)? {
+        if let Some(agent) = agent {
+            let own = in_flight
+                .entry(agent_account(&currency, &agent))
+                .or_default();
+            *own = own.saturating_add(reserved);
+        }
+        let all = in_flight.entry(currency).or_default();
+        *all = all.saturating_add(reserved);
+    }
+    Ok(tx
+        .bucket_spend(from_hour)?
+        .into_iter()
+        .map(|(account, counted)| {
+            let flying = in_flight.get(&account).copied().unwrap_or(0);
+            let spend = WindowSpend {
+                settled: counted.saturating_sub(flying),
+                in_flight: flying,
+            };
+            (account, spend)
+        })
+        .collect())
+}
+
 /// Reserves `r.total` for the checkout, replacing an earlier attempt's reservation (so the checkout
 /// still counts once). A settled checkout is never replaced: its spend happened. `old` is the
 /// checkout's row as this transaction read it, under the checkout's lock. Returns what it did to
@@ -342,15 +383,21 @@ pub(super) fn settle(
             // Charged in another currency: the reservation leaves its currency's window and the
             // charge counts in the charged one, in the same hour.
             let charged_in = charge.currency.as_deref().unwrap_or(&row.currency);
-            let mut changes = account_changes(&row.currency, agent, row.hour, 0, in_flight)?;
-            changes.extend(account_changes(
-                charged_in,
-                agent,
-                row.hour,
-                charge.amount,
-                0,
-            )?);
-            write_changes(tx, changes)?;
+            let as_reserved = row.state == State::InFlight
+                && charged_in == row.currency
+                && charge.amount == row.reserved;
+            // As reserved, the bucket already counts it (see the module comment).
+            if !as_reserved {
+                let mut changes = account_changes(&row.currency, agent, row.hour, 0, in_flight)?;
+                changes.extend(account_changes(
+                    charged_in,
+                    agent,
+                    row.hour,
+                    charge.amount,
+                    0,
+                )?);
+                write_changes(tx, changes)?;
+            }
             tx.mark_settled(checkout_id, charge.amount, charged_in, micros(now))?;
         }
         (Settlement::Completed(charge), State::Settled) => {

@@ -508,7 +508,7 @@ impl Store {
         now: OffsetDateTime,
     ) -> Result<BTreeMap<String, WindowSpend>, StoreError> {
         let from_hour = ledger::window_start_hour(window, now);
-        let mut all = self.read(&mut |tx| tx.window_spend(from_hour))?;
+        let mut all = self.read(&mut |tx| ledger::window_spend(tx, from_hour))?;
         all.retain(|account, _| ledger::account_agent(account).is_none());
         Ok(all)
     }
@@ -521,7 +521,7 @@ impl Store {
         now: OffsetDateTime,
     ) -> Result<BTreeMap<String, WindowSpend>, StoreError> {
         let from_hour = ledger::window_start_hour(window, now);
-        let all = self.read(&mut |tx| tx.window_spend(from_hour))?;
+        let all = self.read(&mut |tx| ledger::window_spend(tx, from_hour))?;
         Ok(all
             .into_iter()
             .filter_map(|(account, spend)| match ledger::account_agent(&account) {

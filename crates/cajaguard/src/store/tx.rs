@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use cajaguard_core::approval::{ApprovalDocument, RequestId};
 use cajaguard_core::effect::PendingRequest;
 
-use super::{InFlight, PendingRow, StoreError, WindowSpend};
+use super::{InFlight, PendingRow, StoreError};
 
 /// A ledger row's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -235,8 +235,14 @@ pub(super) trait Tx:
     /// Moves the reservation's time to a retry's: reconciliation measures staleness from the last
     /// forward, so a payment is never released while a retry of it may still be at the shop.
     fn touch_reservation(&mut self, checkout_id: &str, at_us: i64) -> Result<(), StoreError>;
-    fn window_spend(&mut self, from_hour: i64)
-    -> Result<BTreeMap<String, WindowSpend>, StoreError>;
+    /// What the buckets from `from_hour` on count (`settled + in_flight`), per account.
+    fn bucket_spend(&mut self, from_hour: i64) -> Result<BTreeMap<String, i64>, StoreError>;
+    /// The reserved amounts of the ledger's rows in flight from `from_hour` on, summed per
+    /// (currency, agent).
+    fn in_flight_sums(
+        &mut self,
+        from_hour: i64,
+    ) -> Result<Vec<(String, Option<String>, i64)>, StoreError>;
     fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError>;
     /// The checkout's reservation if it is in flight (one row by the primary key).
     fn in_flight_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError>;

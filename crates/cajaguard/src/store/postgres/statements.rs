@@ -12,7 +12,7 @@ use super::transaction::{Params, PgTx, one_row};
 use crate::store::tx::{
     CheckoutReads, ClaimRow, GateKeys, GateReads, LedgerRow, ReleasedBy, Reservation, State, Tx,
 };
-use crate::store::{InFlight, PendingRow, StoreError, WindowSpend, pending};
+use crate::store::{InFlight, PendingRow, StoreError, pending};
 
 /// The gate's window sum: a range scan of the `spend_buckets` primary key, never the ledger.
 macro_rules! window_sum {
@@ -276,26 +276,29 @@ impl Tx for PgTx<'_> {
         )
     }
 
-    fn window_spend(
-        &mut self,
-        from_hour: i64,
-    ) -> Result<BTreeMap<String, WindowSpend>, StoreError> {
+    fn bucket_spend(&mut self, from_hour: i64) -> Result<BTreeMap<String, i64>, StoreError> {
         let rows = self.query(
-            "SELECT currency, SUM(settled)::BIGINT, SUM(in_flight)::BIGINT FROM spend_buckets
+            "SELECT currency, SUM(settled + in_flight)::BIGINT FROM spend_buckets
              WHERE hour >= $1 GROUP BY currency",
             &[&from_hour],
         )?;
-        let mut out = BTreeMap::new();
-        for row in &rows {
-            out.insert(
-                self.get(row, 0)?,
-                WindowSpend {
-                    settled: self.get(row, 1)?,
-                    in_flight: self.get(row, 2)?,
-                },
-            );
-        }
-        Ok(out)
+        rows.iter()
+            .map(|row| Ok((self.get(row, 0)?, self.get(row, 1)?)))
+            .collect()
+    }
+
+    fn in_flight_sums(
+        &mut self,
+        from_hour: i64,
+    ) -> Result<Vec<(String, Option<String>, i64)>, StoreError> {
+        let rows = self.query(
+            "SELECT currency, agent, SUM(reserved)::BIGINT FROM ledger
+             WHERE state = 'in_flight' AND hour >= $1 GROUP BY currency, agent",
+            &[&from_hour],
+        )?;
+        rows.iter()
+            .map(|row| Ok((self.get(row, 0)?, self.get(row, 1)?, self.get(row, 2)?)))
+            .collect()
     }
 
     fn in_flight_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError> {

@@ -44,7 +44,9 @@ const SCHEMA_VERSION: i64 = 6;
 // the hours inside the window. `settled + in_flight` of a bucket is the spend it counts.
 //
 // A ledger row counts its spend in the bucket of the hour it was reserved (`hour`), whatever happens
-// later: settling or releasing adjusts that same bucket, so the two never drift apart.
+// later: settling or releasing adjusts that same bucket, so the two never drift apart. `in_flight`
+// counts amounts at their reservation, which a completion exactly as reserved leaves there; the
+// split a status shows comes from the ledger's rows in flight (`store/ledger.rs`).
 const SCHEMA: &str = "
 CREATE TABLE ledger (
     checkout_id     TEXT PRIMARY KEY,

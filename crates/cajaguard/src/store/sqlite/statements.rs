@@ -10,7 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::approval_files;
 use crate::store::tx::{ClaimRow, LedgerRow, ReleasedBy, Reservation, State, Tx};
-use crate::store::{InFlight, PendingRow, StoreError, WindowSpend, audit, from_micros, pending};
+use crate::store::{InFlight, PendingRow, StoreError, audit, from_micros, pending};
 
 /// The gate's window sum. It must stay a range seek on the `spend_buckets` primary key (see
 /// `explain_window_query` and the scale test).
@@ -310,28 +310,24 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn window_spend(
+    fn bucket_spend(&mut self, from_hour: i64) -> Result<BTreeMap<String, i64>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT currency, SUM(settled + in_flight) FROM spend_buckets WHERE hour >= ?1 GROUP BY currency",
+        )?;
+        let rows = stmt.query_map([from_hour], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn in_flight_sums(
         &mut self,
         from_hour: i64,
-    ) -> Result<BTreeMap<String, WindowSpend>, StoreError> {
+    ) -> Result<Vec<(String, Option<String>, i64)>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT currency, SUM(settled), SUM(in_flight) FROM spend_buckets WHERE hour >= ?1 GROUP BY currency",
+            "SELECT currency, agent, SUM(reserved) FROM ledger
+             WHERE state = 'in_flight' AND hour >= ?1 GROUP BY currency, agent",
         )?;
-        let rows = stmt.query_map([from_hour], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                WindowSpend {
-                    settled: r.get(1)?,
-                    in_flight: r.get(2)?,
-                },
-            ))
-        })?;
-        let mut out = BTreeMap::new();
-        for row in rows {
-            let (currency, spend) = row?;
-            out.insert(currency, spend);
-        }
-        Ok(out)
+        let rows = stmt.query_map([from_hour], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     fn in_flight_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError> {
