@@ -386,6 +386,11 @@ pub(super) fn settle(
             let as_reserved = row.state == State::InFlight
                 && charged_in == row.currency
                 && charge.amount == row.reserved;
+            if row.state == State::Released {
+                // Spend counted again: lost to a power cut, it would be uncounted, and only a
+                // reconciliation's own releases are revisited.
+                tx.durable_on_commit();
+            }
             // As reserved, the bucket already counts it (see the module comment).
             if !as_reserved {
                 let mut changes = account_changes(&row.currency, agent, row.hour, 0, in_flight)?;

@@ -153,8 +153,8 @@ pub(super) trait Tx:
     /// returns. A write transaction that never says this may be lost to a power cut of the
     /// database's host, so its loss must fail closed (see `Store::write_unflushed`).
     /// PostgreSQL: the commit waits for its flush. SQLite: nothing here; the gate syncs after
-    /// the commit, outside the write lock (`Store::made_durable`), and a settlement's freeze is
-    /// synced by the next gate that forwards, which reads it first.
+    /// the commit, outside the write lock (`Store::made_durable`). (Known gap, SQLite only: a
+    /// freeze or a checkpoint is synced by the next forward or WAL checkpoint, not at once.)
     fn durable_on_commit(&mut self) {}
     /// [`Tx::lock_gate`] for several gates of one currency decided in one transaction
     /// (`gate::batch`): the currency's lock once, then each checkout's. `checkout_ids` holds no

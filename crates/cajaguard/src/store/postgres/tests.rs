@@ -530,8 +530,20 @@ fn only_a_forward_and_a_freeze_wait_for_the_disk() {
         .unwrap();
     assert_eq!(flushed(), 1, "nor a settlement that only moves the books");
 
-    let permit = gate("c3", true).permit.unwrap();
+    // Released, then completed after all: the spend counts again, and must not be lost.
+    let permit = gate("c4", true).permit.unwrap();
     assert_eq!(flushed(), 2);
+    store
+        .settle_permit(&permit, &Settlement::Released, now, &record)
+        .unwrap();
+    assert_eq!(flushed(), 2, "a release need not wait");
+    store
+        .settle_permit(&permit, &as_reserved, now, &record)
+        .unwrap();
+    assert_eq!(flushed(), 3, "a late completion waits for its flush");
+
+    let permit = gate("c3", true).permit.unwrap();
+    assert_eq!(flushed(), 4);
     let differs = Settlement::Completed(Charge {
         amount: 2600,
         currency: None,
@@ -546,7 +558,7 @@ fn only_a_forward_and_a_freeze_wait_for_the_disk() {
     );
     assert_eq!(
         flushed(),
-        3,
+        5,
         "and waited for its flush, since gates act on it"
     );
 }
