@@ -25,7 +25,7 @@ use cajaguard_core::effect::{CheckoutLedger, LedgerView};
 use cajaguard_core::settle::Settlement;
 use time::OffsetDateTime;
 
-use super::tx::{GateKeys, GateReads, LedgerRow, ReleasedBy, Reservation, State, Tx};
+use super::tx::{GateKeys, GateReads, LedgerRow, ReleasedBy, Reservation, State, Tx, WindowCount};
 use super::{StoreError, WindowSpend, micros};
 
 const SECONDS_PER_HOUR: i64 = 3600;
@@ -225,19 +225,30 @@ pub(super) fn window_spend(
     tx: &mut dyn Tx,
     from_hour: i64,
 ) -> Result<BTreeMap<String, WindowSpend>, StoreError> {
+    let mut counted = BTreeMap::new();
     let mut in_flight: BTreeMap<String, i64> = BTreeMap::new();
-    for (currency, agent, reserved) in tx.in_flight_sums(from_hour)? {
-        if let Some(agent) = agent {
-            let own = in_flight
-                .entry(agent_account(&currency, &agent))
-                .or_default();
-            *own = own.saturating_add(reserved);
+    let mut add = |account: String, amount: i64| {
+        let sum = in_flight.entry(account).or_default();
+        *sum = sum.saturating_add(amount);
+    };
+    for count in tx.window_counts(from_hour)? {
+        match count {
+            WindowCount::Counted { account, amount } => {
+                counted.insert(account, amount);
+            }
+            WindowCount::InFlight {
+                currency,
+                agent,
+                amount,
+            } => {
+                if let Some(agent) = agent {
+                    add(agent_account(&currency, &agent), amount);
+                }
+                add(currency, amount);
+            }
         }
-        let all = in_flight.entry(currency).or_default();
-        *all = all.saturating_add(reserved);
     }
-    Ok(tx
-        .bucket_spend(from_hour)?
+    Ok(counted
         .into_iter()
         .map(|(account, counted)| {
             let flying = in_flight.get(&account).copied().unwrap_or(0);

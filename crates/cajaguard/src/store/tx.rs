@@ -3,8 +3,6 @@
 //! written once against [`Tx`]; `sqlite/` and `postgres/` only say it in their SQL. So both
 //! backends keep the same books by construction, and one test suite runs against both.
 
-use std::collections::BTreeMap;
-
 use cajaguard_core::approval::{ApprovalDocument, RequestId};
 use cajaguard_core::effect::PendingRequest;
 
@@ -88,6 +86,37 @@ pub(super) struct CheckoutReads {
     ///
     /// [`AgentTx::made_for`]: super::agents::AgentTx::made_for
     pub agent: Option<String>,
+}
+
+/// One row of [`Tx::window_counts`].
+pub(super) enum WindowCount {
+    /// What a bucket account's buckets count.
+    Counted { account: String, amount: i64 },
+    /// What the rows in flight in `currency` (of `agent`, if any) reserve.
+    InFlight {
+        currency: String,
+        agent: Option<String>,
+        amount: i64,
+    },
+}
+
+impl WindowCount {
+    /// From a row of `Tx::window_counts` (both backends): (in flight?, currency or account, agent,
+    /// amount).
+    pub(super) fn of(in_flight: bool, name: String, agent: Option<String>, amount: i64) -> Self {
+        if in_flight {
+            WindowCount::InFlight {
+                currency: name,
+                agent,
+                amount,
+            }
+        } else {
+            WindowCount::Counted {
+                account: name,
+                amount,
+            }
+        }
+    }
 }
 
 /// Who ended a reservation as not paid.
@@ -235,14 +264,10 @@ pub(super) trait Tx:
     /// Moves the reservation's time to a retry's: reconciliation measures staleness from the last
     /// forward, so a payment is never released while a retry of it may still be at the shop.
     fn touch_reservation(&mut self, checkout_id: &str, at_us: i64) -> Result<(), StoreError>;
-    /// What the buckets from `from_hour` on count (`settled + in_flight`), per account.
-    fn bucket_spend(&mut self, from_hour: i64) -> Result<BTreeMap<String, i64>, StoreError>;
-    /// The reserved amounts of the ledger's rows in flight from `from_hour` on, summed per
-    /// (currency, agent).
-    fn in_flight_sums(
-        &mut self,
-        from_hour: i64,
-    ) -> Result<Vec<(String, Option<String>, i64)>, StoreError>;
+    /// In one statement (one snapshot, so the two agree): what the buckets from `from_hour` on
+    /// count (`settled + in_flight`) per account, and the reserved amounts of the ledger's rows
+    /// in flight in those hours per (currency, agent).
+    fn window_counts(&mut self, from_hour: i64) -> Result<Vec<WindowCount>, StoreError>;
     fn in_flight(&mut self) -> Result<Vec<InFlight>, StoreError>;
     /// The checkout's reservation if it is in flight (one row by the primary key).
     fn in_flight_of(&mut self, checkout_id: &str) -> Result<Option<InFlight>, StoreError>;

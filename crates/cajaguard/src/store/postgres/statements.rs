@@ -1,7 +1,5 @@
 //! What a transaction says to PostgreSQL: [`Tx`] in SQL (`transaction.rs` runs it).
 
-use std::collections::BTreeMap;
-
 use cajaguard_core::approval::{ApprovalDocument, RequestId};
 use cajaguard_core::effect::PendingRequest;
 
@@ -11,6 +9,7 @@ use tokio_postgres::types::ToSql;
 use super::transaction::{Params, PgTx, one_row};
 use crate::store::tx::{
     CheckoutReads, ClaimRow, GateKeys, GateReads, LedgerRow, ReleasedBy, Reservation, State, Tx,
+    WindowCount,
 };
 use crate::store::{InFlight, PendingRow, StoreError, pending};
 
@@ -276,28 +275,24 @@ impl Tx for PgTx<'_> {
         )
     }
 
-    fn bucket_spend(&mut self, from_hour: i64) -> Result<BTreeMap<String, i64>, StoreError> {
+    fn window_counts(&mut self, from_hour: i64) -> Result<Vec<WindowCount>, StoreError> {
         let rows = self.query(
-            "SELECT currency, SUM(settled + in_flight)::BIGINT FROM spend_buckets
-             WHERE hour >= $1 GROUP BY currency",
-            &[&from_hour],
-        )?;
-        rows.iter()
-            .map(|row| Ok((self.get(row, 0)?, self.get(row, 1)?)))
-            .collect()
-    }
-
-    fn in_flight_sums(
-        &mut self,
-        from_hour: i64,
-    ) -> Result<Vec<(String, Option<String>, i64)>, StoreError> {
-        let rows = self.query(
-            "SELECT currency, agent, SUM(reserved)::BIGINT FROM ledger
+            "SELECT FALSE, currency, NULL::TEXT, SUM(settled + in_flight)::BIGINT FROM spend_buckets
+             WHERE hour >= $1 GROUP BY currency
+             UNION ALL
+             SELECT TRUE, currency, agent, SUM(reserved)::BIGINT FROM ledger
              WHERE state = 'in_flight' AND hour >= $1 GROUP BY currency, agent",
             &[&from_hour],
         )?;
         rows.iter()
-            .map(|row| Ok((self.get(row, 0)?, self.get(row, 1)?, self.get(row, 2)?)))
+            .map(|row| {
+                Ok(WindowCount::of(
+                    self.get(row, 0)?,
+                    self.get(row, 1)?,
+                    self.get(row, 2)?,
+                    self.get(row, 3)?,
+                ))
+            })
             .collect()
     }
 

@@ -1,7 +1,6 @@
 //! What a transaction says to SQLite: [`Tx`] in SQL, each statement prepared once and cached by
 //! the connection.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use cajaguard_core::approval::{ApprovalDocument, RequestId};
@@ -9,7 +8,7 @@ use cajaguard_core::effect::PendingRequest;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::approval_files;
-use crate::store::tx::{ClaimRow, LedgerRow, ReleasedBy, Reservation, State, Tx};
+use crate::store::tx::{ClaimRow, LedgerRow, ReleasedBy, Reservation, State, Tx, WindowCount};
 use crate::store::{InFlight, PendingRow, StoreError, audit, from_micros, pending};
 
 /// The gate's window sum. It must stay a range seek on the `spend_buckets` primary key (see
@@ -310,23 +309,17 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn bucket_spend(&mut self, from_hour: i64) -> Result<BTreeMap<String, i64>, StoreError> {
+    fn window_counts(&mut self, from_hour: i64) -> Result<Vec<WindowCount>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT currency, SUM(settled + in_flight) FROM spend_buckets WHERE hour >= ?1 GROUP BY currency",
-        )?;
-        let rows = stmt.query_map([from_hour], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    fn in_flight_sums(
-        &mut self,
-        from_hour: i64,
-    ) -> Result<Vec<(String, Option<String>, i64)>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT currency, agent, SUM(reserved) FROM ledger
+            "SELECT 0, currency, NULL, SUM(settled + in_flight) FROM spend_buckets
+             WHERE hour >= ?1 GROUP BY currency
+             UNION ALL
+             SELECT 1, currency, agent, SUM(reserved) FROM ledger
              WHERE state = 'in_flight' AND hour >= ?1 GROUP BY currency, agent",
         )?;
-        let rows = stmt.query_map([from_hour], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        let rows = stmt.query_map([from_hour], |r| {
+            Ok(WindowCount::of(r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
