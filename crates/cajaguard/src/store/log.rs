@@ -345,7 +345,11 @@ impl super::Store {
     pub fn checkpoint(&self, now: time::OffsetDateTime) -> Result<String, StoreError> {
         let head = self.log_head()?;
         let signer = self.log_signer(&head.origin)?;
-        self.write(&mut |tx| checkpoint(tx, signer, super::micros(now)))
+        self.write(&mut |tx| {
+            // Approvers keep what it signs: lost to a power cut, the log would look cut short.
+            tx.durable_on_commit();
+            checkpoint(tx, signer, super::micros(now))
+        })
     }
 
     /// Checks the whole log (SPEC §8): every record against the hashes stored with it, every

@@ -48,6 +48,8 @@ use cajaguard_core::policy::{Policy, StoreConfig, StoreUrl};
 use cajaguard_core::settle::Settlement;
 use time::OffsetDateTime;
 
+use self::sqlite::SyncWhenAsked;
+
 pub use self::agents::{AgentRow, ShopObject};
 pub use self::audit::{
     AgentEvent, AuditEvent, AuditRecord, Decided, FrozenBy, PasskeyEvent, SettledAs,
@@ -229,21 +231,33 @@ impl Store {
         f: &mut dyn FnMut(&mut dyn tx::Tx) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         match &self.backend {
-            Backend::Sqlite(db) => db.write(f),
+            Backend::Sqlite(db) => db.write(f, SyncWhenAsked::Here),
             Backend::Postgres(db) => db.run(f),
         }
     }
 
     /// [`Store::write`] for writes whose loss in a crash fails closed and that nothing acts on
-    /// before a later write is made durable: PostgreSQL's commit does not wait for the flush
-    /// (SQLite's never does; the gate syncs before it forwards), unless `f` asks for it
-    /// ([`tx::Tx::durable_on_commit`]: a forward, a freeze).
+    /// before a later write is made durable: the commit does not wait for the disk unless `f`
+    /// asks for it ([`tx::Tx::durable_on_commit`]: a forward, a freeze). (SQLite's commits never
+    /// wait for the disk by themselves: see `sqlite::schema::open`.)
     fn write_unflushed<T>(
         &self,
         f: &mut dyn FnMut(&mut dyn tx::Tx) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         match &self.backend {
-            Backend::Sqlite(db) => db.write(f),
+            Backend::Sqlite(db) => db.write(f, SyncWhenAsked::Here),
+            Backend::Postgres(db) => db.run_unflushed(f),
+        }
+    }
+
+    /// [`Store::write_unflushed`] for the gate: on SQLite the gate syncs a turn's forwards itself
+    /// (`Store::made_durable`), once per turn, and a failed sync refuses them.
+    fn write_gate<T>(
+        &self,
+        f: &mut dyn FnMut(&mut dyn tx::Tx) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(db) => db.write(f, SyncWhenAsked::ByTheGate),
             Backend::Postgres(db) => db.run_unflushed(f),
         }
     }
@@ -349,6 +363,8 @@ impl Store {
     ) -> Result<Frozen, StoreError> {
         self.write(&mut |tx| {
             tx.freeze_put(micros(now), reason)?;
+            // Gates on every process act on it at once: it must not be lost to a power cut.
+            tx.durable_on_commit();
             log::append(tx, AuditEvent::Frozen(by), audit)?;
             freeze::current(tx)?
                 .ok_or_else(|| StoreError::Inconsistent("a freeze did not stay written".into()))

@@ -181,9 +181,9 @@ pub(super) trait Tx:
     /// reservation, payments stay frozen by it): its commit must be on disk before the commit
     /// returns. A write transaction that never says this may be lost to a power cut of the
     /// database's host, so its loss must fail closed (see `Store::write_unflushed`).
-    /// PostgreSQL: the commit waits for its flush. SQLite: nothing here; the gate syncs after
-    /// the commit, outside the write lock (`Store::made_durable`). (Known gap, SQLite only: a
-    /// freeze or a checkpoint is synced by the next forward or WAL checkpoint, not at once.)
+    /// PostgreSQL: the commit waits for its flush. SQLite: the WAL is synced after the commit,
+    /// outside the write lock (`Sqlite::write`; for a gate, once per turn that forwards,
+    /// `Store::made_durable`).
     fn durable_on_commit(&mut self) {}
     /// [`Tx::lock_gate`] for several gates of one currency decided in one transaction
     /// (`gate::batch`): the currency's lock once, then each checkout's. `checkout_ids` holds no

@@ -51,7 +51,7 @@ impl Store {
             }
         }
         let checkout_ids: Vec<&str> = checkouts.into_iter().collect();
-        self.write_unflushed(&mut |tx| {
+        self.write_gate(&mut |tx| {
             tx.lock_gates(&currency, &checkout_ids)?;
             let keys: Vec<_> = gates.iter().map(|b| b.gate.keys()).collect();
             let reads = tx.gate_reads_batch(&keys)?;

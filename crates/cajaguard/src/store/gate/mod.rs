@@ -89,7 +89,7 @@ impl Store {
         decide: &mut Decide<'_>,
     ) -> Result<Gated, StoreError> {
         let input = &gate.input;
-        let outcome = self.write_unflushed(&mut |tx| {
+        let outcome = self.write_gate(&mut |tx| {
             tx.lock_gate(&input.quote.currency, &input.request.checkout_id)?;
             let reads = tx.gate_reads(&gate.keys())?;
             decide_and_apply(tx, gate, reads, &[], decide).map(|(outcome, _)| outcome)

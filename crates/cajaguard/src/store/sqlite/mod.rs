@@ -9,8 +9,11 @@ mod log;
 mod passkeys;
 pub(super) mod schema;
 mod statements;
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use cajaguard_core::approval::ApprovalDocument;
@@ -26,6 +29,18 @@ pub(super) struct Sqlite {
     /// The WAL, opened once for [`Sqlite::sync_wal`]. SQLite removes it only when the last
     /// connection closes, and ours stays open as long as this handle, so it is the live file.
     wal: Mutex<Option<std::fs::File>>,
+    /// How many times [`Sqlite::sync_wal`] synced the WAL (tests count what waited for the disk).
+    wal_syncs: AtomicU64,
+}
+
+/// Who syncs the WAL after a commit whose transaction asked for it (`Tx::durable_on_commit`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum SyncWhenAsked {
+    /// [`Sqlite::write`], right after the commit and outside the connection's lock.
+    Here,
+    /// The gate, once per turn and only for a turn that forwards (`Store::made_durable`): a sync
+    /// that fails after a turn committed must refuse its forwards, not run the turn again.
+    ByTheGate,
 }
 
 impl Sqlite {
@@ -34,6 +49,7 @@ impl Sqlite {
             home: home.to_path_buf(),
             conn: Mutex::new(schema::open(home)?),
             wal: Mutex::new(None),
+            wal_syncs: AtomicU64::new(0),
         })
     }
 
@@ -41,23 +57,34 @@ impl Sqlite {
         self.home.join(approval_files::APPROVALS_DIR)
     }
 
-    /// `f` inside one `BEGIN IMMEDIATE` transaction, committed if it returns `Ok`.
+    /// `f` inside one `BEGIN IMMEDIATE` transaction, committed if it returns `Ok`; then, if `f`
+    /// asked for it and `sync` says so, the WAL synced, so the commit survives a power cut.
     pub(super) fn write<T>(
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>,
+        sync: SyncWhenAsked,
     ) -> Result<T, StoreError> {
         let dir = self.approvals_dir();
         let mut conn = self.lock();
         let result = (|| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let value = f(&mut SqliteTx {
+            let mut statements = SqliteTx {
                 conn: &tx,
                 approvals_dir: &dir,
-            })?;
+                durable: false,
+            };
+            let value = f(&mut statements)?;
+            let durable = statements.durable;
             tx.commit()?;
-            Ok(value)
+            Ok((value, durable))
         })();
-        result.map_err(|e| schema::classify(e, &self.home))
+        drop(conn);
+        let (value, durable) = result.map_err(|e| schema::classify(e, &self.home))?;
+        // Outside the connection's lock: other writers of this process go on meanwhile.
+        if durable && sync == SyncWhenAsked::Here {
+            self.sync_wal()?;
+        }
+        Ok(value)
     }
 
     /// `f` on the connection, outside an explicit transaction (reads and single inserts).
@@ -70,6 +97,7 @@ impl Sqlite {
         f(&mut SqliteTx {
             conn: &conn,
             approvals_dir: &dir,
+            durable: false,
         })
         .map_err(|e| schema::classify(e, &self.home))
     }
@@ -87,7 +115,15 @@ impl Sqlite {
                 synced
             }),
         };
-        synced.map_err(|source| StoreError::Write { path, source })
+        synced.map_err(|source| StoreError::Write { path, source })?;
+        self.wal_syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// How many times the WAL was synced since this handle opened.
+    #[cfg(test)]
+    pub(in crate::store) fn wal_syncs(&self) -> u64 {
+        self.wal_syncs.load(Ordering::Relaxed)
     }
 
     pub(super) fn write_approval(&self, doc: &ApprovalDocument) -> Result<PathBuf, StoreError> {

@@ -234,13 +234,15 @@ fn configure(db: &Path, flags: OpenFlags) -> Result<Connection, StoreError> {
         }
         // Durability. WAL with NORMAL survives a crash of the process (kill -9): a commit is in the
         // WAL in the OS's page cache before `COMMIT` returns. Power loss or a kernel crash can roll
-        // back the last commits, and the one that matters is the reservation or used approval that
-        // precedes a payment: `Store::gate` therefore syncs the WAL itself after a commit that lets
-        // a payment through, before the payment is forwarded (`Sqlite::sync_wal`). Everything else
-        // (refusals, settlements, audit rows of refusals) may be lost by a power cut without
-        // passing a cap: a lost settlement leaves its reservation counted until reconciled, a lost
-        // refusal is asked again. The sync happens after the write lock is released, so the
-        // processes sharing a home sync side by side instead of queueing behind each other's fsync.
+        // back the last commits. The ones that matter are those something acts on at once: the
+        // reservation or used approval that precedes a payment, a freeze, an audit checkpoint an
+        // approver keeps. Their transactions say so (`Tx::durable_on_commit`) and the WAL is synced
+        // after their commit (`Sqlite::sync_wal`); a gate's, before the payment is forwarded.
+        // Everything else (refusals, settlements, audit rows of refusals) may be lost by a power
+        // cut without passing a cap: a lost settlement leaves its reservation counted until
+        // reconciled, a lost refusal is asked again. The sync happens after the write lock is
+        // released, so the processes sharing a home sync side by side instead of queueing behind
+        // each other's fsync.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         // Off: a database file a human copied in cannot run code through triggers or views.
         conn.pragma_update(None, "trusted_schema", "OFF")?;

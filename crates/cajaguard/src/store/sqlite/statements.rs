@@ -18,6 +18,8 @@ pub(super) const WINDOW_SUM: &str = "SELECT COALESCE(SUM(settled + in_flight), 0
 pub(super) struct SqliteTx<'a> {
     pub(super) conn: &'a Connection,
     pub(super) approvals_dir: &'a Path,
+    /// Set by [`Tx::durable_on_commit`]: the WAL must be synced once this commits.
+    pub(super) durable: bool,
 }
 
 impl SqliteTx<'_> {
@@ -66,6 +68,10 @@ impl SqliteTx<'_> {
 }
 
 impl Tx for SqliteTx<'_> {
+    fn durable_on_commit(&mut self) {
+        self.durable = true;
+    }
+
     fn lock_gate(&mut self, _currency: &str, _checkout_id: &str) -> Result<(), StoreError> {
         // BEGIN IMMEDIATE already holds the whole database's write lock.
         Ok(())
