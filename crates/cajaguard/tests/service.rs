@@ -348,6 +348,14 @@ fn an_agent_reaches_only_the_checkouts_it_made_through_the_service() {
         .unwrap_or_else(|| panic!("no cart id in {cart}"))
         .to_owned();
     let alices = alice.create_checkout("trail-socks", 1);
+    let alices_cart = alice.call(
+        "create_cart",
+        json!({ "meta": cajaguard_harness::meta(), "cart": { "line_items": cajaguard_harness::line_items("trail-socks", 1) } }),
+    );
+    let alices_cart = alices_cart["structuredContent"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no cart id in {alices_cart}"))
+        .to_owned();
     let before = world.shop_calls().len();
     for (tool, arguments) in [
         // Arguments a shop might decode from a string: nothing here could have read them.
@@ -367,6 +375,15 @@ fn an_agent_reaches_only_the_checkouts_it_made_through_the_service() {
         (
             "create_checkout",
             json!({ "meta": cajaguard_harness::meta(), "checkout": { "cart_id": cart } }),
+        ),
+        // A shop that reads keys ignoring case (Go's encoding/json) takes these for `cart_id`.
+        (
+            "create_checkout",
+            json!({ "meta": cajaguard_harness::meta(), "checkout": { "CART_ID": cart } }),
+        ),
+        (
+            "create_checkout",
+            json!({ "meta": cajaguard_harness::meta(), "checkout": { "cart_id": alices_cart, "Cart_Id": cart } }),
         ),
     ] {
         let answer = alice.call(tool, arguments);

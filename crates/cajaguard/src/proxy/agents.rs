@@ -122,6 +122,23 @@ fn shop_set_field_refusal(tool: &str, arguments: &Value) -> Option<Ruling> {
     ))
 }
 
+/// The refusal of a `create_checkout` whose checkout holds a key that a case-insensitive parser
+/// reads as `cart_id` but that is not it (`CART_ID`, `Cart_Id`): such a shop would make the
+/// checkout from a cart whose owner no check here looked at.
+fn inexact_cart_key(arguments: &Value) -> Option<Ruling> {
+    let checkout = arguments.get("checkout")?.as_object()?;
+    let key = checkout
+        .keys()
+        .find(|key| key.as_str() != "cart_id" && folded(key) == "cart_id")?;
+    Some(Ruling::new(
+        Reason::BadRequest,
+        format!(
+            "create_checkout's `checkout` holds `{}`, which a shop that reads keys ignoring case takes for `cart_id`; send it as `cart_id`",
+            cajaguard_core::display::name(key)
+        ),
+    ))
+}
+
 impl Proxy {
     /// The refusal of a call that names a checkout, cart or order the shop did not make for
     /// this session's agent, if it is one; nothing for stdio, or for a tool that names none. A
@@ -146,6 +163,9 @@ impl Proxy {
             }
         }
         if tool == "create_checkout" {
+            if let Some(refused) = inexact_cart_key(arguments) {
+                return Some(refused);
+            }
             match arguments.pointer("/checkout/cart_id") {
                 None => {}
                 Some(Value::String(cart)) => {
