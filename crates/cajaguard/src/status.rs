@@ -75,10 +75,10 @@ fn build(
             policy.approvals.passkey_relying_party().as_ref(),
             now,
             policy.approvals.max_ttl,
+            // An agent sees only its own requests; stdio (no agent) sees every one.
+            agent,
         )?
         .iter()
-        // An agent sees only its own requests; stdio (no agent) sees every one, as before.
-        .filter(|row| agent.is_none_or(|a| row.request.agent.as_ref() == Some(a)))
         .map(pending_entry)
         .collect();
     let frozen = match store.frozen()? {

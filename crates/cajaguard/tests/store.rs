@@ -1480,7 +1480,7 @@ fn postgres_concurrent_starters_migrate_once() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
     for (n, store) in stores.iter().enumerate() {
         gate_with(
             store,
@@ -2103,6 +2103,65 @@ fn a_pending_request_keeps_its_agent(fx: &Fixture) {
     );
 }
 
+/// A block on a checkout replaces the requests still waiting on it for another basket, so an
+/// agent that blocks one checkout again and again (a new instrument id each time) keeps one
+/// request waiting, not a list every status read goes through. Other checkouts' stay.
+fn a_block_replaces_what_waits_on_its_checkout(fx: &Fixture) {
+    let store = &fx.store;
+    let a = agent("ci-bot");
+    let b = agent("other-bot");
+    let block = |who: &AgentId, digest: BasketDigest, checkout: &str, key: &str| {
+        let p = PendingRequest {
+            agent: Some(who.clone()),
+            checkout_id: checkout.to_owned(),
+            ..pending_request(&digest.request_id(), digest, 8900)
+        };
+        gate_as(
+            store,
+            Some(who),
+            &digest,
+            checkout,
+            key,
+            "USD",
+            8900,
+            NOW,
+            refuse(Some(p.clone())),
+        )
+        .unwrap();
+        p
+    };
+    let others = block(&b, d(9), "gid://fixture/Checkout/9", "k9");
+    block(&a, d(7), "gid://fixture/Checkout/7", "k1");
+    block(&a, d(8), "gid://fixture/Checkout/7", "k2");
+    let latest = block(&a, d(6), "gid://fixture/Checkout/7", "k3");
+    let waiting: Vec<_> = store
+        .pending()
+        .unwrap()
+        .into_iter()
+        .map(|row| row.request)
+        .collect();
+    // Oldest first, then by id: all were made at NOW.
+    assert_eq!(waiting, vec![latest.clone(), others.clone()]);
+
+    // An agent's status checks only its own requests.
+    let of = |who: &AgentId| -> Vec<PendingRequest> {
+        store
+            .awaiting_decision(
+                &TrustedKeys::default(),
+                None,
+                NOW,
+                Duration::from_secs(3600),
+                Some(who),
+            )
+            .unwrap()
+            .into_iter()
+            .map(|row| row.request)
+            .collect()
+    };
+    assert_eq!(of(&a), vec![latest]);
+    assert_eq!(of(&b), vec![others]);
+}
+
 fn the_audit_log_keeps_the_agent_and_verifies(fx: &Fixture) {
     let store = &fx.store;
     let a = agent("ci-bot");
@@ -2655,6 +2714,7 @@ both!(
     a_panicking_decide_leaves_the_store_usable,
     buckets_always_agree_with_the_ledger,
     a_block_records_the_pending_request,
+    a_block_replaces_what_waits_on_its_checkout,
     every_gate_writes_one_audit_row,
     write_approval_never_clobbers,
     the_gate_sees_approvals_and_their_use,

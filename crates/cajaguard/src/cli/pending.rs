@@ -39,6 +39,7 @@ fn list(args: &Args) -> Outcome {
             policy.approvals.passkey_relying_party().as_ref(),
             OffsetDateTime::now_utc(),
             policy.approvals.max_ttl,
+            None,
         )
         .map_err(Failure::from)?;
     if args.json {

@@ -555,17 +555,23 @@ impl Store {
 
     /// The requests a human still has to decide (SPEC §7: what `pending` lists): [`Store::pending`]
     /// without those that already carry a valid deny or a valid unused approval, read in one
-    /// transaction so a request cannot fall between the two lists.
+    /// transaction so a request cannot fall between the two lists. `of_agent`: only that agent's
+    /// requests (an agent's status), sorted out before any is checked, so one agent's requests
+    /// cost another's status nothing.
     pub fn awaiting_decision(
         &self,
         trusted: &TrustedKeys,
         passkeys: Option<&RelyingParty>,
         now: OffsetDateTime,
         max_ttl: Duration,
+        of_agent: Option<&AgentId>,
     ) -> Result<Vec<PendingRow>, StoreError> {
         self.read(&mut |tx| {
             let mut waiting = Vec::new();
-            for row in tx.pending_list()? {
+            let rows = tx.pending_list()?.into_iter().filter(|row| {
+                of_agent.is_none_or(|agent| row.request.agent.as_ref() == Some(agent))
+            });
+            for row in rows {
                 let status = approvals::status(
                     tx,
                     &row.request.request_id,

@@ -291,6 +291,10 @@ pub(super) trait Tx:
     /// Records (or refreshes) a blocked request. Blocking again keeps the first `created_at` and
     /// makes a request whose approval was used pending again.
     fn upsert_pending(&mut self, p: &PendingRequest, at_us: i64) -> Result<(), StoreError>;
+    /// Removes the requests still waiting on `checkout_id` other than `keep`: a block replaces
+    /// them (migration 0009 says why). Only gates write pending rows, each under its checkout's
+    /// lock, so this takes no lock another writer holds.
+    fn supersede_pending(&mut self, checkout_id: &str, keep: &RequestId) -> Result<(), StoreError>;
     fn mark_pending_used(&mut self, id: &RequestId) -> Result<(), StoreError>;
     fn pending_list(&mut self) -> Result<Vec<PendingRow>, StoreError>;
     fn pending_get(&mut self, id: &RequestId) -> Result<Option<PendingRow>, StoreError>;

@@ -13,6 +13,7 @@ impl WebApp {
                 self.policy.approvals.passkey_relying_party().as_ref(),
                 self.now(),
                 self.policy.approvals.max_ttl,
+                None,
             )
             .map_err(|e| Self::store_failed(&e))?;
         html::pending(&waiting, &self.policy)

@@ -264,6 +264,7 @@ fn decide_and_apply(
         }
         Effect::Refuse { pending } => {
             if let Some(pending) = pending {
+                tx.supersede_pending(&pending.checkout_id, &pending.request_id)?;
                 tx.upsert_pending(pending, micros(now))?;
             }
             // From the rows read under the checkout's lock: the refusal wrote neither.

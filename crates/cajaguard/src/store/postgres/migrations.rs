@@ -36,6 +36,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "made_for_agent",
         include_str!("migrations/0008_made_for_agent.sql"),
     ),
+    (
+        9,
+        "pending_by_checkout",
+        include_str!("migrations/0009_pending_by_checkout.sql"),
+    ),
 ];
 
 /// The latest version this build knows.

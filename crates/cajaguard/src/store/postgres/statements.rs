@@ -363,6 +363,13 @@ impl Tx for PgTx<'_> {
         )
     }
 
+    fn supersede_pending(&mut self, checkout_id: &str, keep: &RequestId) -> Result<(), StoreError> {
+        self.defer(
+            "DELETE FROM pending WHERE checkout_id = $1 AND state = 'pending' AND request_id <> $2",
+            &[&checkout_id, &keep.as_str()],
+        )
+    }
+
     fn mark_pending_used(&mut self, id: &RequestId) -> Result<(), StoreError> {
         self.defer(
             "UPDATE pending SET state = 'used' WHERE request_id = $1",

@@ -37,7 +37,7 @@ fn busy_wait(attempt: i32) -> bool {
     true
 }
 
-const SCHEMA_VERSION: i64 = 6;
+const SCHEMA_VERSION: i64 = 7;
 
 // `spend_buckets` exists so the window sum costs the same with 10^3 or 10^6 ledger rows: it is kept
 // per currency and hour, in the same transactions that change the ledger, and the gate reads only
@@ -158,6 +158,12 @@ CREATE TABLE made_for_agent (
 ) WITHOUT ROWID;
 ";
 
+/// Version 7: the requests waiting on each checkout, the same as PostgreSQL's
+/// `0009_pending_by_checkout.sql`, which says why.
+const SCHEMA_V7: &str = "
+CREATE INDEX pending_waiting_by_checkout ON pending (checkout_id) WHERE state = 'pending';
+";
+
 pub(crate) fn open(home: &Path) -> Result<Connection, StoreError> {
     prepare_home(home)?;
     let db = home.join(DB_FILE);
@@ -272,7 +278,10 @@ fn migrate(conn: &mut Connection, db: &Path) -> Result<(), StoreError> {
             if version < 5 {
                 tx.execute_batch(SCHEMA_V5)?;
             }
-            tx.execute_batch(SCHEMA_V6)?;
+            if version < 6 {
+                tx.execute_batch(SCHEMA_V6)?;
+            }
+            tx.execute_batch(SCHEMA_V7)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
         SCHEMA_VERSION => {}

@@ -412,6 +412,15 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
+    fn supersede_pending(&mut self, checkout_id: &str, keep: &RequestId) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "DELETE FROM pending WHERE checkout_id = ?1 AND state = 'pending' AND request_id <> ?2",
+            )?
+            .execute(params![checkout_id, keep.as_str()])?;
+        Ok(())
+    }
+
     fn mark_pending_used(&mut self, id: &RequestId) -> Result<(), StoreError> {
         self.conn
             .prepare_cached("UPDATE pending SET state = 'used' WHERE request_id = ?1")?
