@@ -111,6 +111,8 @@ impl Store {
             if !tx.agent_delete(name.as_str())? {
                 return Ok(false);
             }
+            // A token taken away must stay away after a power cut (SQLite syncs for it).
+            tx.durable_on_commit();
             super::log::append(tx, AuditEvent::Agent(AgentEvent::Removed), &record)?;
             Ok(true)
         })

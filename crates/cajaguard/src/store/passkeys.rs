@@ -286,6 +286,8 @@ impl Store {
             if !tx.passkey_remove(&row.passkey.credential_id, micros(now))? {
                 return Ok(None);
             }
+            // A passkey removed (perhaps compromised) must stay removed after a power cut.
+            tx.durable_on_commit();
             let mut record = audit.clone();
             record.note = Some(format!(
                 "passkey {} ({})",

@@ -110,9 +110,10 @@ impl Store {
     }
 }
 
-/// Whether the outcome sends the payment on (its permit needs the commit made durable first).
+/// Whether the outcome sends the payment on, a retry's included (its permit needs the commit,
+/// and every commit it rests on, made durable first): the rule [`gated`] hands out permits by.
 fn forwards(outcome: &Outcome) -> bool {
-    matches!(outcome.effect, Effect::Forward { .. })
+    !matches!(outcome.effect, Effect::Refuse { .. })
 }
 
 /// One gate's inputs, as [`Store::gate`] takes them.

@@ -13,7 +13,7 @@ mod statements;
 mod tests;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use cajaguard_core::approval::ApprovalDocument;
@@ -31,6 +31,13 @@ pub(super) struct Sqlite {
     wal: Mutex<Option<std::fs::File>>,
     /// How many times [`Sqlite::sync_wal`] synced the WAL (tests count what waited for the disk).
     wal_syncs: AtomicU64,
+    /// Set once a sync failed, for good: Linux reports a write-back error once, and the pages
+    /// it lost may be marked clean, so a later sync that succeeds proves nothing (PostgreSQL
+    /// treats a failed fsync as fatal for the same reason). Every later sync fails.
+    sync_failed: AtomicBool,
+    /// Tests: the next sync fails as a full or failing disk would make it.
+    #[cfg(test)]
+    fail_next_sync: AtomicBool,
 }
 
 /// Who syncs the WAL after a commit whose transaction asked for it (`Tx::durable_on_commit`).
@@ -50,6 +57,9 @@ impl Sqlite {
             conn: Mutex::new(schema::open(home)?),
             wal: Mutex::new(None),
             wal_syncs: AtomicU64::new(0),
+            sync_failed: AtomicBool::new(false),
+            #[cfg(test)]
+            fail_next_sync: AtomicBool::new(false),
         })
     }
 
@@ -103,21 +113,47 @@ impl Sqlite {
     }
 
     /// Makes every commit so far durable by syncing the WAL, as `synchronous=FULL` would have at
-    /// each commit (see `schema::open`). A failure is an error: the caller must not forward.
+    /// each commit (see `schema::open`). A failure is an error, and so is every sync after one
+    /// (`sync_failed`): the caller must not forward.
     pub(super) fn sync_wal(&self) -> Result<(), StoreError> {
         let path = self.home.join(format!("{}-wal", schema::DB_FILE));
+        if self.sync_failed.load(Ordering::SeqCst) {
+            return Err(StoreError::Write {
+                path,
+                source: std::io::Error::other(
+                    "an earlier sync of the database's WAL failed, so what it held may not be on disk; check the disk, then restart CajaGuard",
+                ),
+            });
+        }
         let mut wal = self.wal.lock().unwrap_or_else(|p| p.into_inner());
         let synced = match wal.as_ref() {
-            Some(file) => file.sync_data(),
+            Some(file) => self.sync_file(file),
             None => std::fs::File::open(&path).and_then(|file| {
-                let synced = file.sync_data();
+                let synced = self.sync_file(&file);
                 *wal = Some(file);
                 synced
             }),
         };
-        synced.map_err(|source| StoreError::Write { path, source })?;
+        if let Err(source) = synced {
+            self.sync_failed.store(true, Ordering::SeqCst);
+            return Err(StoreError::Write { path, source });
+        }
         self.wal_syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    fn sync_file(&self, file: &std::fs::File) -> std::io::Result<()> {
+        #[cfg(test)]
+        if self.fail_next_sync.swap(false, Ordering::SeqCst) {
+            return Err(std::io::Error::other("a sync failed (test)"));
+        }
+        file.sync_data()
+    }
+
+    /// Tests: makes the next sync fail.
+    #[cfg(test)]
+    pub(in crate::store) fn fail_next_sync(&self) {
+        self.fail_next_sync.store(true, Ordering::SeqCst);
     }
 
     /// How many times the WAL was synced since this handle opened.
