@@ -2288,6 +2288,77 @@ fn gate_queued(
     (seen, gated.map(|gated| gated.permit.is_some()))
 }
 
+/// A turn of gates that finds its currency locked past the lock timeout (another host died
+/// mid-gate, its transaction still open) refuses every gate of it at once: deciding each on its
+/// own would wait the timeout out again per gate, with every other currency's gates queued
+/// behind. Five gates: the first waits once alone, the other four once together.
+#[test]
+fn postgres_a_locked_turn_is_refused_at_once_not_gate_by_gate() {
+    let Some(schema) =
+        pg_support::schema_or_notice("postgres_a_locked_turn_is_refused_at_once_not_gate_by_gate")
+    else {
+        return;
+    };
+    let (_tmp, home) = home();
+    let store = std::sync::Arc::new(
+        Store::open_with(&home, &fixtures::postgres_config(&schema.url)).unwrap(),
+    );
+    let mut holder = schema.client();
+    holder
+        .execute(
+            "SELECT pg_advisory_lock(1667720040, hashtext(current_schema() || ':' || 'USD'))",
+            &[],
+        )
+        .unwrap();
+    let started = Instant::now();
+    let gates: Vec<_> = (0..5)
+        .map(|n| {
+            let store = std::sync::Arc::clone(&store);
+            std::thread::spawn(move || {
+                let checkout = format!("co_{n}");
+                let claim = store.claim(&checkout, "k1", NOW, DAY).unwrap().unwrap();
+                // The first leads; the others queue behind its wait.
+                std::thread::sleep(Duration::from_millis(if n == 0 { 0 } else { 300 }));
+                store.gate_queued(
+                    &claim,
+                    GateCall {
+                        request: request(&checkout, "k1"),
+                        quote: quote(&checkout, "USD", 1000),
+                        digest: d(1),
+                        agent: None,
+                        window: DAY,
+                        now: NOW,
+                        read_passkeys: false,
+                        decide: Box::new(|_: &LedgerView, _: &[ApprovalCandidate], _: &[_]| {
+                            forward("USD", 1000, None)
+                        }),
+                        audit: record(NOW),
+                    },
+                )
+            })
+        })
+        .collect();
+    for gate in gates {
+        let answer = gate.join().unwrap();
+        assert!(
+            matches!(answer, Err(StoreError::Busy { .. })),
+            "a gate past the lock timeout is refused as busy: {answer:?}"
+        );
+    }
+    // Two waits of the 5 s lock timeout (the lone leader's, then the turn's): 10 s. Gate by gate
+    // it was six waits, 30 s.
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(20),
+        "the turn's gates were refused one lock timeout after another: {took:?}"
+    );
+    assert_eq!(
+        store.window_spend(DAY, NOW).unwrap().len(),
+        0,
+        "nothing reserved"
+    );
+}
+
 /// A queued follower: its checkout, its agent, and what its gate came to.
 type Followed = (String, AgentId, (Seen, Result<bool, StoreError>));
 

@@ -88,6 +88,24 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The same error again when it is the store's rather than one call's (the store stayed
+    /// locked, or cannot be reached), so that every gate of a turn that met it gets it: deciding
+    /// them one by one would only meet it again, once per gate.
+    pub(super) fn for_every_gate(&self) -> Option<StoreError> {
+        match self {
+            StoreError::Busy { store } => Some(StoreError::Busy {
+                store: store.clone(),
+            }),
+            StoreError::Unavailable { store, why } => Some(StoreError::Unavailable {
+                store: store.clone(),
+                why: why.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl StoreError {
     /// What to do next, for the CLI; `None` when the message already says it.
     pub fn hint(&self) -> Option<&'static str> {
         match self {

@@ -274,6 +274,17 @@ impl Store {
                 }
             }
             Err(e) => {
+                // Locked or unreachable: each gate on its own would wait it out again in turn,
+                // and every other currency's gates queued behind this turn with them.
+                let copies: Option<Vec<StoreError>> =
+                    ready.iter().map(|_| e.for_every_gate()).collect();
+                if let Some(copies) = copies {
+                    tracing::warn!("a batch of gates failed ({e}); every gate of it is refused");
+                    for (slot, copy) in ready.iter().zip(copies) {
+                        slot.set(Turn::Done(Err(copy)));
+                    }
+                    return;
+                }
                 tracing::warn!("a batch of gates failed ({e}); deciding each on its own");
                 drop(gates);
                 for queued in batch.iter_mut() {
