@@ -25,6 +25,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use serde_json::value::RawValue;
 
+use super::connections::{PER_REMOTE_ADDRESS, PerAddress};
 use super::{Service, Unauthenticated};
 use crate::proxy::MAX_AGENT_MESSAGE_BYTES;
 use cajaguard_wire::era::MODERN_VERSION;
@@ -100,7 +101,7 @@ const MAX_CONNECTIONS: usize = 512;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Accepts and serves connections (hyper's HTTP/1, as `axum::serve` would, plus
-/// [`HEADER_READ_TIMEOUT`] and [`MAX_CONNECTIONS`]) until SIGINT or SIGTERM; then stops
+/// [`HEADER_READ_TIMEOUT`], [`MAX_CONNECTIONS`] and a share of them per remote address) until SIGINT or SIGTERM; then stops
 /// accepting, lets the requests in flight be answered, and returns, within `answer_within` and
 /// [`SHUTDOWN_GRACE`] even if a client never finishes its request.
 async fn serve_connections(
@@ -110,11 +111,12 @@ async fn serve_connections(
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let per_address = PerAddress::default();
     let mut stop = std::pin::pin!(shutdown());
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of descriptors, say: wait a moment rather than spin.
                     tracing::warn!("cannot accept a connection: {e}");
@@ -123,6 +125,13 @@ async fn serve_connections(
                 }
             },
             () = &mut stop => break,
+        };
+        let Some(place) = per_address.take(peer.ip()) else {
+            tracing::warn!(
+                "{} holds {PER_REMOTE_ADDRESS} connections: a new one from it was closed",
+                peer.ip()
+            );
+            continue;
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             tracing::warn!("{MAX_CONNECTIONS} connections open: a new one was closed");
@@ -139,6 +148,7 @@ async fn serve_connections(
                 tracing::debug!("connection ended: {e}");
             }
             drop(slot);
+            drop(place);
         });
     }
     drop(listener);
