@@ -209,6 +209,21 @@ fn each_agent_spends_under_its_own_caps_and_identity() {
     let metrics =
         cajaguard_harness::service::send("GET", &served.url.replace("/mcp", "/metrics"), &[], None);
     assert_eq!(metrics.status, 200);
+    // A page (say, one whose name was rebound to this host) is refused: browsers send no
+    // `Origin` on a same-origin read, but mark it in `Sec-Fetch-Site`.
+    let metrics_url = served.url.replace("/mcp", "/metrics");
+    for site in ["same-origin", "same-site", "cross-site"] {
+        let from_a_page = cajaguard_harness::service::send(
+            "GET",
+            &metrics_url,
+            &[("sec-fetch-site", site)],
+            None,
+        );
+        assert_eq!(from_a_page.status, 403, "{site}: {from_a_page:?}");
+    }
+    let typed =
+        cajaguard_harness::service::send("GET", &metrics_url, &[("sec-fetch-site", "none")], None);
+    assert_eq!(typed.status, 200, "an address a human typed: {typed:?}");
     let text = metrics.body;
     for line in [
         r#"cajaguard_decisions_total{verdict="allow",reason="within_caps"} 2"#,

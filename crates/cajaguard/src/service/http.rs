@@ -284,12 +284,22 @@ async fn metadata(State(state): State<Shared>, headers: HeaderMap) -> Response {
 }
 
 /// Prometheus text (SPEC §13). Not behind a token: it holds the global figures every agent's
-/// `cajaguard_status` shows, and nothing per agent, merchant or checkout. `Origin` still holds.
+/// `cajaguard_status` shows, and nothing per agent, merchant or checkout. `Origin` still holds,
+/// and so does `Sec-Fetch-Site`: a browser sends no `Origin` on a same-origin GET, so a page
+/// whose name was rebound to this host (DNS rebinding) could read the figures; every current
+/// browser marks such a read `same-origin` (or `cross-site`), while a scraper sends no such
+/// header and a human typing the address gets `none`.
 async fn metrics(State(state): State<Shared>, headers: HeaderMap) -> Response {
     if !state.service.origin_allowed(origin_header(&headers)) {
         return text(
             StatusCode::FORBIDDEN,
             "this Origin may not read the metrics",
+        );
+    }
+    if header_text(&headers, "sec-fetch-site").is_some_and(|site| site != "none") {
+        return text(
+            StatusCode::FORBIDDEN,
+            "a web page may not read the metrics; scrape them with Prometheus or open the address yourself",
         );
     }
     let base = state.service.base().clone();
