@@ -15,15 +15,18 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// The most connections one remote (not loopback) address holds at once.
 pub(super) const PER_REMOTE_ADDRESS: usize = 128;
 
+/// How many connections each remote address holds now.
+type OpenByAddress = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
 /// The connections open per remote address.
 #[derive(Clone, Default)]
 pub(super) struct PerAddress {
-    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    open: OpenByAddress,
 }
 
 /// One connection's place, given back when it is dropped.
 pub(super) struct Place {
-    open: Option<(Arc<Mutex<HashMap<IpAddr, usize>>>, IpAddr)>,
+    open: Option<(OpenByAddress, IpAddr)>,
 }
 
 impl PerAddress {
