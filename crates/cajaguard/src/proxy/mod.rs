@@ -470,7 +470,7 @@ impl Proxy {
             }
             *last = Some(now);
         }
-        if let Err(e) = self.store.checkpoint(now) {
+        if let Err(e) = self.store.checkpoint_in_passing(now) {
             tracing::warn!(error = %e, "cannot write an audit log checkpoint");
         }
     }
