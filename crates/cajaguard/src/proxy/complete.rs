@@ -364,6 +364,11 @@ impl Proxy {
         record.latency = started.elapsed();
         let applied = match self.store.settle_permit(permit, settlement, now, &record) {
             Ok(()) => true,
+            // Committed: recorded once, and its freeze (if any) in force.
+            Err(e @ StoreError::NotDurable { .. }) => {
+                tracing::error!("settlement recorded: {e}");
+                true
+            }
             Err(e) => {
                 // The reservation and the claim stay: the spend still counts (fail closed). The
                 // outcome still goes in the log, saying the store failed on it.

@@ -43,6 +43,17 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The change was committed, but syncing the embedded store's WAL failed (now or earlier):
+    /// it may not survive a power cut. Every later sync fails too, so nothing more is forwarded
+    /// until the process restarts (`Sqlite::sync_wal`).
+    #[error(
+        "the change was made, but the disk did not confirm {} ({source}), so it may not survive a power cut; payments are refused until CajaGuard restarts: check the disk, then restart it",
+        path.display()
+    )]
+    NotDurable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// An approval with this request id and nonce is already filed; it is never overwritten.
     #[error(
         "an approval for {request_id} with this nonce is already filed; it was not overwritten"
@@ -117,6 +128,7 @@ impl StoreError {
             | StoreError::ClaimLost
             | StoreError::NotThatFreeze
             | StoreError::PasskeyRefused(_)
+            | StoreError::NotDurable { .. }
             | StoreError::LogKey(_) => None,
             StoreError::Unsafe { .. } => {
                 Some("make the home a directory you own that no other user can write (chmod 700)")

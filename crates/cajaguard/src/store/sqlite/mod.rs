@@ -117,26 +117,26 @@ impl Sqlite {
     /// (`sync_failed`): the caller must not forward.
     pub(super) fn sync_wal(&self) -> Result<(), StoreError> {
         let path = self.home.join(format!("{}-wal", schema::DB_FILE));
-        if self.sync_failed.load(Ordering::SeqCst) {
-            return Err(StoreError::Write {
-                path,
-                source: std::io::Error::other(
-                    "an earlier sync of the database's WAL failed, so what it held may not be on disk; check the disk, then restart CajaGuard",
-                ),
-            });
-        }
-        let mut wal = self.wal.lock().unwrap_or_else(|p| p.into_inner());
-        let synced = match wal.as_ref() {
-            Some(file) => self.sync_file(file),
-            None => std::fs::File::open(&path).and_then(|file| {
-                let synced = self.sync_file(&file);
-                *wal = Some(file);
-                synced
-            }),
+        let not_durable = |source| StoreError::NotDurable {
+            path: path.clone(),
+            source,
         };
-        if let Err(source) = synced {
+        // Read under the lock, which every sync holds: a sync that waited behind the one that
+        // failed must not succeed on the same file after the kernel reported the error once.
+        let mut wal = self.wal.lock().unwrap_or_else(|p| p.into_inner());
+        if self.sync_failed.load(Ordering::SeqCst) {
+            return Err(not_durable(std::io::Error::other(
+                "an earlier sync of the database's WAL failed",
+            )));
+        }
+        let file = match wal.as_ref() {
+            Some(file) => file,
+            // Not a write-back error: nothing is lost yet, so nothing is latched.
+            None => wal.insert(std::fs::File::open(&path).map_err(not_durable)?),
+        };
+        if let Err(source) = self.sync_file(file) {
             self.sync_failed.store(true, Ordering::SeqCst);
-            return Err(StoreError::Write { path, source });
+            return Err(not_durable(source));
         }
         self.wal_syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())

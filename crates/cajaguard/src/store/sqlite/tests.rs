@@ -165,7 +165,7 @@ fn a_failed_sync_refuses_every_later_forward() {
     for (checkout, outcome) in [("c1", retry()), ("c2", forward("c2"))] {
         let later = gate(&store, checkout, outcome);
         assert!(
-            matches!(later, Err(StoreError::Write { .. })),
+            matches!(later, Err(StoreError::NotDurable { .. })),
             "a later forward is refused too: {later:?}"
         );
     }
