@@ -274,24 +274,30 @@ impl Store {
                 }
             }
             Err(e) => {
-                // Locked or unreachable: each gate on its own would wait it out again in turn,
-                // and every other currency's gates queued behind this turn with them.
-                let copies: Option<Vec<StoreError>> =
-                    ready.iter().map(|_| e.for_every_gate()).collect();
-                if let Some(copies) = copies {
-                    tracing::warn!("a batch of gates failed ({e}); every gate of it is refused");
-                    for (slot, copy) in ready.iter().zip(copies) {
-                        slot.set(Turn::Done(Err(copy)));
-                    }
-                    return;
-                }
                 tracing::warn!("a batch of gates failed ({e}); deciding each on its own");
                 drop(gates);
+                // Locked past the timeout or unreachable, the store may be stuck for every gate
+                // (the currency's lock or a bucket held by a host that died mid-transaction, the
+                // database gone) or for one (its checkout's lock). The first gate on its own
+                // tells: if it meets the same, the others get it too, rather than each waiting
+                // the timeout out again in turn with every other currency's gates queued behind.
+                let mut probing = e.for_every_gate().is_some();
+                let mut stuck: Option<StoreError> = None;
                 for queued in batch.iter_mut() {
-                    if !queued.slot.is_answered() {
-                        let result = self.gate_one(queued);
-                        queued.slot.set(Turn::Done(result));
+                    if queued.slot.is_answered() {
+                        continue;
                     }
+                    let result = match stuck.as_ref().and_then(StoreError::for_every_gate) {
+                        Some(again) => Err(again),
+                        None => self.gate_one(queued),
+                    };
+                    if probing {
+                        probing = false;
+                        if let Err(failed) = &result {
+                            stuck = failed.for_every_gate();
+                        }
+                    }
+                    queued.slot.set(Turn::Done(result));
                 }
             }
         }
