@@ -86,7 +86,7 @@ fn sign(common: &Common, decision: Decision, ttl: Option<Duration>, note: &str) 
         return Err(Failure::refused(
             format!("no pending request {id} in {}", shown(&policy.home)),
             format!(
-                "list them with `cajaguard pending --config {}`",
+                "list them with `cajaguard pending --config {}` (a newer block on the same checkout replaces a request)",
                 shown(&policy.source)
             ),
         ));

@@ -3,13 +3,14 @@
 //! The service closes a new connection past its overall limit, before any token is read: without
 //! a share per address, one client that opens connections and sends nothing (each held up to the
 //! header timeout, then opened again) takes every place and shuts every agent out. Each remote
-//! address gets at most [`PER_REMOTE_ADDRESS`] of them, so such a client takes a quarter.
+//! address gets at most [`PER_REMOTE_ADDRESS`] of them, so such a client takes a quarter; an IPv6
+//! address counts as its /64, which one client usually holds whole.
 //! Loopback addresses share the overall limit only: a reverse proxy in front of the service, and
 //! agents on its own host, all come from there (a process on the host can exhaust the host by
 //! other means anyway).
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The most connections one remote (not loopback) address holds at once.
@@ -37,6 +38,10 @@ impl PerAddress {
         if peer.is_loopback() {
             return Some(Place { open: None });
         }
+        let peer = match peer {
+            IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
+            v4 => v4,
+        };
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let held = open.entry(peer).or_insert(0);
         if *held >= PER_REMOTE_ADDRESS {
@@ -94,6 +99,22 @@ mod tests {
             limits.open.lock().unwrap().len() <= 1,
             "closed addresses are forgotten"
         );
+    }
+
+    #[test]
+    fn an_ipv6_client_is_its_64() {
+        let limits = PerAddress::default();
+        let places: Vec<Place> = (0..PER_REMOTE_ADDRESS)
+            .map(|n| {
+                let peer: IpAddr = format!("2001:db8:1:2::{:x}", n + 1).parse().unwrap();
+                limits.take(peer).unwrap()
+            })
+            .collect();
+        let same_64: IpAddr = "2001:db8:1:2:ffff::1".parse().unwrap();
+        assert!(limits.take(same_64).is_none(), "one /64, one share");
+        let next_64: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert!(limits.take(next_64).is_some());
+        drop(places);
     }
 
     #[test]

@@ -101,9 +101,9 @@ const MAX_CONNECTIONS: usize = 512;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Accepts and serves connections (hyper's HTTP/1, as `axum::serve` would, plus
-/// [`HEADER_READ_TIMEOUT`], [`MAX_CONNECTIONS`] and a share of them per remote address) until SIGINT or SIGTERM; then stops
-/// accepting, lets the requests in flight be answered, and returns, within `answer_within` and
-/// [`SHUTDOWN_GRACE`] even if a client never finishes its request.
+/// [`HEADER_READ_TIMEOUT`], [`MAX_CONNECTIONS`] and a share of them per remote address) until
+/// SIGINT or SIGTERM; then stops accepting, lets the requests in flight be answered, and returns,
+/// within `answer_within` and [`SHUTDOWN_GRACE`] even if a client never finishes its request.
 async fn serve_connections(
     listener: tokio::net::TcpListener,
     router: axum::Router,
@@ -112,6 +112,8 @@ async fn serve_connections(
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let per_address = PerAddress::default();
+    // A flood is refused at the rate it comes: said in the log once a second at most.
+    let mut refusals = Throttle::default();
     let mut stop = std::pin::pin!(shutdown());
     loop {
         let (stream, peer) = tokio::select! {
@@ -127,14 +129,18 @@ async fn serve_connections(
             () = &mut stop => break,
         };
         let Some(place) = per_address.take(peer.ip()) else {
-            tracing::warn!(
-                "{} holds {PER_REMOTE_ADDRESS} connections: a new one from it was closed",
-                peer.ip()
-            );
+            if refusals.should_say() {
+                tracing::warn!(
+                    "{} holds {PER_REMOTE_ADDRESS} connections: new ones from it are closed",
+                    peer.ip()
+                );
+            }
             continue;
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!("{MAX_CONNECTIONS} connections open: a new one was closed");
+            if refusals.should_say() {
+                tracing::warn!("{MAX_CONNECTIONS} connections open: new ones are closed");
+            }
             continue;
         };
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
@@ -161,6 +167,26 @@ async fn serve_connections(
             "stopping with connections still open after {} s: their clients never finished",
             deadline.as_secs()
         );
+    }
+}
+
+/// Says yes at most once a second.
+#[derive(Default)]
+struct Throttle {
+    last: Option<Instant>,
+}
+
+impl Throttle {
+    fn should_say(&mut self) -> bool {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|last| now.duration_since(last) < Duration::from_secs(1))
+        {
+            return false;
+        }
+        self.last = Some(now);
+        true
     }
 }
 

@@ -52,7 +52,10 @@ impl WebApp {
             .pending_request(&id)
             .map_err(|e| Self::store_failed(&e))?
         else {
-            return Ok(Response::text(404, "no such request"));
+            return Ok(Response::text(
+                404,
+                "no such request (a newer block on the same checkout replaces one): see the list of pending requests",
+            ));
         };
         let reread = (self.reread)(&self.policy, &pending);
         let now = self.now();

@@ -48,7 +48,7 @@ pub(super) enum Access {
     /// finds its claim gone refuses (`StoreError::ClaimLost`). A refusal: the agent is refused
     /// whether or not its record survives. A settlement: lost, its reservation stays in flight,
     /// counted, until reconciliation reads the checkout again. As SQLite's commits, which are
-    /// synced only when a gate forwards. Such a transaction becomes [`Access::Write`] when it
+    /// synced only when their transaction asks. Such a transaction becomes [`Access::Write`] when it
     /// asks for it ([`PgTx::flush_on_commit`]: a gate that forwards, a settlement that freezes).
     WriteUnflushed,
 }
