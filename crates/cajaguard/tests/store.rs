@@ -2162,6 +2162,39 @@ fn a_block_replaces_what_waits_on_its_checkout(fx: &Fixture) {
     assert_eq!(of(&b), vec![others]);
 }
 
+/// An approval filed for a request that a later block on its checkout replaced still pays if
+/// the agent comes back to that basket: the gate reads approvals by request id, not through the
+/// pending row.
+fn an_approval_of_a_replaced_request_still_pays(fx: &Fixture) {
+    let store = &fx.store;
+    let checkout = "gid://fixture/Checkout/7";
+    let block = |digest: BasketDigest, key: &str| {
+        let p = pending_request(&digest.request_id(), digest, 8900);
+        gate_usd(store, &digest, checkout, key, 8900, refuse(Some(p))).unwrap();
+    };
+    let first = d(7);
+    block(first, "k1");
+    let approval = signed(
+        &SigningKey::from_seed(&[1; 32]),
+        first,
+        Decision::Approve,
+        0x11,
+        15,
+    );
+    store.write_approval(&approval).unwrap();
+    block(d(8), "k2");
+    assert!(
+        store
+            .pending_request(&first.request_id())
+            .unwrap()
+            .is_none(),
+        "replaced"
+    );
+    let (_, seen) = pay_approved(store, &first, checkout, &approval.nonce);
+    assert_eq!(seen.len(), 1, "the approval is still a candidate");
+    assert_eq!((seen[0].document.clone(), seen[0].used), (approval, false));
+}
+
 fn the_audit_log_keeps_the_agent_and_verifies(fx: &Fixture) {
     let store = &fx.store;
     let a = agent("ci-bot");
@@ -2787,6 +2820,7 @@ both!(
     buckets_always_agree_with_the_ledger,
     a_block_records_the_pending_request,
     a_block_replaces_what_waits_on_its_checkout,
+    an_approval_of_a_replaced_request_still_pays,
     every_gate_writes_one_audit_row,
     write_approval_never_clobbers,
     the_gate_sees_approvals_and_their_use,
