@@ -132,7 +132,7 @@ impl Proxy {
 }
 
 /// Whether `id` was decided (approved, denied or used) within twice the approvals' lifetime,
-/// read from a store of its own (the proxy's is busy with calls).
+/// read from a store of its own (the proxy's is busy with calls); not once it is gone.
 fn watch(
     policy: &cajaguard_core::policy::Policy,
     trusted: &cajaguard_core::approval::TrustedKeys,
@@ -151,11 +151,13 @@ fn watch(
             time::OffsetDateTime::now_utc(),
             policy.approvals.max_ttl,
         );
-        if matches!(
-            status,
-            Ok(ApprovalStatus::Approved | ApprovalStatus::Denied | ApprovalStatus::Used)
-        ) {
-            return true;
+        match status {
+            Ok(ApprovalStatus::Approved | ApprovalStatus::Denied | ApprovalStatus::Used) => {
+                return true;
+            }
+            // Replaced by a newer block on its checkout: nobody will decide it any more.
+            Ok(ApprovalStatus::Invalid) => return false,
+            _ => {}
         }
         std::thread::sleep(POLL);
     }
