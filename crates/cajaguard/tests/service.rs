@@ -1150,3 +1150,70 @@ fn headers_that_disagree_with_the_body_are_refused() {
     assert!(agreed.json().get("result").is_some(), "{agreed:?}");
     assert_eq!(world.shop_calls().len(), 0);
 }
+
+/// A source address of this machine other than loopback (the one its default route would use),
+/// or `None` on a machine with no such route. No packet is sent.
+fn non_loopback_address() -> Option<std::net::IpAddr> {
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    probe.connect("198.51.100.1:9").ok()?;
+    let address = probe.local_addr().ok()?.ip();
+    (!address.is_loopback() && !address.is_unspecified()).then_some(address)
+}
+
+/// One remote address cannot take every connection (a client that opens connections and sends
+/// nothing would shut every agent out): past its 128, its new ones are closed unanswered, while
+/// others still get in. Through the real service, reached on this machine's own non-loopback
+/// address (loopback has no share of its own).
+#[test]
+fn one_remote_address_holds_at_most_its_share_of_connections() {
+    use std::io::{Read, Write};
+    let Some(local) = non_loopback_address() else {
+        eprintln!(
+            "SKIPPED one_remote_address_holds_at_most_its_share_of_connections: this machine has no address but loopback"
+        );
+        return;
+    };
+    let world = World::new();
+    let url = add_serve(&world.config, json!({}), json!({}));
+    let port: u16 = url
+        .trim_start_matches("http://127.0.0.1:")
+        .trim_end_matches("/mcp")
+        .parse()
+        .unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&world.config).unwrap()).unwrap();
+    config["serve"]["listen"] = json!(format!("0.0.0.0:{port}"));
+    std::fs::write(&world.config, config.to_string()).unwrap();
+    add_alice_and_bob(&world);
+    let served = Served::start(&world.config, &url, &[]);
+
+    let remote = std::net::SocketAddr::new(local, port);
+    let held: Vec<std::net::TcpStream> = (0..128)
+        .map(|_| std::net::TcpStream::connect(remote).unwrap())
+        .collect();
+    let mut past_its_share = std::net::TcpStream::connect(remote).unwrap();
+    past_its_share
+        .set_read_timeout(Some(std::time::Duration::from_secs(8)))
+        .unwrap();
+    // A whole request: served, it would be answered at once, and then closed.
+    let _ =
+        past_its_share.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut answer = Vec::new();
+    let read = past_its_share.read_to_end(&mut answer);
+    assert!(
+        read.is_ok()
+            || read
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "neither answered nor closed: {read:?}"
+    );
+    assert!(
+        answer.is_empty(),
+        "the 129th connection from one address was served: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    let mut alice = HttpMcp::connect(&served.url, ALICE);
+    let status = alice.call("cajaguard_status", json!({}));
+    assert_eq!(status["isError"], json!(false), "{status}");
+    drop(held);
+}
