@@ -193,3 +193,29 @@ fn removing_an_agent_waits_for_the_disk() {
     assert!(store.remove_agent(&agent, &record()).unwrap());
     assert_eq!(sqlite(&store).wal_syncs() - start, 1);
 }
+
+/// A settlement whose sync fails is still made: `StoreError::NotDurable` says so, which the
+/// proxy takes as recorded (one record, its freeze in force), not as a settlement to log again.
+#[test]
+fn a_settlement_that_cannot_be_synced_is_made_and_says_so() {
+    let (_home, store) = sqlite_store();
+    let permit = paid(&store, "c1");
+    sqlite(&store).fail_next_sync();
+    let differs = Settlement::Completed(Charge {
+        amount: 2600,
+        currency: None,
+        differs: vec!["total"],
+    });
+    let settled = store.settle_permit(&permit, &differs, NOW, &record());
+    assert!(
+        matches!(settled, Err(StoreError::NotDurable { .. })),
+        "{settled:?}"
+    );
+    assert!(store.frozen().unwrap().is_some(), "its freeze is in force");
+    let usd = store.window_spend(DAY, NOW).unwrap()["USD"];
+    assert_eq!(
+        (usd.settled, usd.in_flight),
+        (2600, 0),
+        "counted once, as charged"
+    );
+}
