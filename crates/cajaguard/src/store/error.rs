@@ -99,9 +99,9 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// The same error again when it is the store's rather than one call's (the store stayed
-    /// locked, or cannot be reached), so that every gate of a turn that met it gets it: deciding
-    /// them one by one would only meet it again, once per gate.
+    /// The same error again when it may be the store's rather than one call's (the store stayed
+    /// locked, or cannot be reached): a turn that met it, and whose first gate meets it again on
+    /// its own, answers the rest with it instead of making each wait it out (`gate::queue`).
     pub(super) fn for_every_gate(&self) -> Option<StoreError> {
         match self {
             StoreError::Busy { store } => Some(StoreError::Busy {
@@ -114,9 +114,7 @@ impl StoreError {
             _ => None,
         }
     }
-}
 
-impl StoreError {
     /// What to do next, for the CLI; `None` when the message already says it.
     pub fn hint(&self) -> Option<&'static str> {
         match self {
