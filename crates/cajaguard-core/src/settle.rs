@@ -64,8 +64,12 @@ pub enum Completion {
     Unknown,
 }
 
-/// Reads the `tools/call` result the shop answered a forwarded `complete_checkout` with.
-pub fn read_completion(result: &Value) -> Completion {
+/// Reads the `tools/call` result the shop answered a forwarded `complete_checkout` of
+/// `checkout_id` with. A checkout that names another id (or none) is not this payment's word
+/// either way: a shop that caches answers by idempotency key alone, say, could answer with
+/// another checkout's completion, and counting it would settle (and end the claim of) a payment
+/// that may still be under way.
+pub fn read_completion(result: &Value, checkout_id: &str) -> Completion {
     let Some(obj) = result.as_object() else {
         return Completion::Unknown;
     };
@@ -77,6 +81,9 @@ pub fn read_completion(result: &Value) -> Completion {
     };
     if is_error_response(&checkout) {
         return Completion::Refused;
+    }
+    if checkout.get("id").and_then(Value::as_str) != Some(checkout_id) {
+        return Completion::Unknown;
     }
     match checkout.get("status").and_then(Value::as_str) {
         Some("completed") => Completion::Completed(checkout),

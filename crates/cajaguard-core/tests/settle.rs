@@ -33,7 +33,7 @@ fn quoted() -> Quote {
 }
 
 fn completed(c: Value) -> Value {
-    match read_completion(&result(c)) {
+    match read_completion(&result(c), ID) {
         Completion::Completed(checkout) => checkout,
         other => panic!("not a completion: {other:?}"),
     }
@@ -87,7 +87,7 @@ fn a_completion_that_differs_is_named_and_counted_as_charged() {
 fn text_content_is_read_when_there_is_no_structured_content() {
     let text_only = json!({"content": [{"type": "text", "text": checkout("completed", json!(8900)).to_string()}]});
     assert!(matches!(
-        read_completion(&text_only),
+        read_completion(&text_only, ID),
         Completion::Completed(_)
     ));
 }
@@ -95,11 +95,11 @@ fn text_content_is_read_when_there_is_no_structured_content() {
 #[test]
 fn only_an_explicit_word_is_a_refusal() {
     let declined = json!({"isError": true, "content": [{"type": "text", "text": "card declined"}]});
-    assert_eq!(read_completion(&declined), Completion::Refused);
+    assert_eq!(read_completion(&declined, ID), Completion::Refused);
     let ucp_error = result(
         json!({"ucp": {"version": "2026-08-25", "status": "error"}, "messages": [{"type": "error", "code": "payment_declined", "content": "declined", "severity": "recoverable"}]}),
     );
-    assert_eq!(read_completion(&ucp_error), Completion::Refused);
+    assert_eq!(read_completion(&ucp_error, ID), Completion::Refused);
     for status in [
         "incomplete",
         "ready_for_complete",
@@ -107,7 +107,7 @@ fn only_an_explicit_word_is_a_refusal() {
         "canceled",
     ] {
         assert_eq!(
-            read_completion(&result(checkout(status, json!(8900)))),
+            read_completion(&result(checkout(status, json!(8900))), ID),
             Completion::Refused,
             "{status}"
         );
@@ -124,8 +124,28 @@ fn anything_else_is_an_unknown_outcome() {
         result(checkout("complete_in_progress", json!(8900))),
         result(json!({"id": "x"})),
     ] {
-        assert_eq!(read_completion(&answer), Completion::Unknown, "{answer}");
+        assert_eq!(read_completion(&answer, ID), Completion::Unknown, "{answer}");
     }
+}
+
+#[test]
+fn an_answer_about_another_checkout_is_not_this_payments_word() {
+    let mut other = checkout("completed", json!(8900));
+    other["id"] = json!("gid://fixture/Checkout/2");
+    assert_eq!(
+        read_completion(&result(other.clone()), ID),
+        Completion::Unknown,
+        "another checkout's completion settles nothing here"
+    );
+    other["status"] = json!("canceled");
+    assert_eq!(
+        read_completion(&result(other), ID),
+        Completion::Unknown,
+        "nor does another checkout's refusal"
+    );
+    let mut unnamed = checkout("completed", json!(8900));
+    unnamed.as_object_mut().unwrap().remove("id");
+    assert_eq!(read_completion(&result(unnamed), ID), Completion::Unknown);
 }
 
 mod reconcile {

@@ -285,7 +285,7 @@ impl Proxy {
         let answer = self.shop_request(id, "tools/call", params.get());
         let heard = match &answer {
             Ok(Reply::Result(raw)) => match serde_json::from_str::<Value>(raw.get()) {
-                Ok(result) => match settle::read_completion(&result) {
+                Ok(result) => match settle::read_completion(&result, permit.checkout_id()) {
                     Completion::Completed(checkout) => Heard::Completed(checkout),
                     Completion::Refused => Heard::Refused,
                     Completion::Unknown => Heard::Unknown,
@@ -293,9 +293,14 @@ impl Proxy {
                 Err(_) => Heard::Unknown,
             },
             Ok(Reply::Error(_)) => Heard::Refused,
+            // The shop lost the session: it says it did not take the request, but the bytes were
+            // written (twice, with the resend on a new session), so a fresh read confirms it
+            // before anything is released.
+            Err(ShopError::SessionExpired) => Heard::Refused,
             Err(e) if e.never_sent() => Heard::NotSent,
-            // A status that says the request was not taken (401/403, 429/503): a refusal,
-            // confirmed by a fresh read before anything is released.
+            // A status that says the request was not taken (401/403): a refusal, confirmed by a
+            // fresh read before anything is released. (429/503 on a payment are unknown
+            // outcomes: a gateway may have passed it on.)
             Err(e) if !e.outcome_unknown() => Heard::Refused,
             // Anything else after the request was written may have paid.
             Err(_) => Heard::Unknown,

@@ -59,9 +59,13 @@ impl HttpLink {
                         || retries >= MAX_READ_RETRIES
                         || wait.is_none_or(|w| Instant::now() + w >= deadline);
                     if give_up {
+                        // A read had no effect either way. A write may have: a gateway in front
+                        // of the shop answers 503 when the shop took too long, after passing
+                        // the request on (SPEC §4.13: an unexpected status is an unknown
+                        // outcome, never the shop's word that it did not act).
                         return Err(ShopError::Http {
                             status,
-                            unknown: false,
+                            unknown: !read,
                         });
                     }
                     if let Some(wait) = wait {
