@@ -1372,7 +1372,12 @@ fn postgres_crossing_currencies_never_deadlock() {
             .unwrap();
         }
     }
+    let mut raw = pg_support::client(&db.url);
     for round in 0..ROUNDS {
+        // The last round's settlements, charged in another currency, froze payments. A claim
+        // taken while frozen holds nothing (its gate could only refuse), and the movers' gates
+        // must write buckets: each round starts unfrozen and claims before any settlement.
+        raw.batch_execute("DELETE FROM payment_freeze").unwrap();
         let barrier = Barrier::new(workers);
         std::thread::scope(|scope| {
             for (worker, store) in stores.iter().enumerate() {
@@ -1380,11 +1385,12 @@ fn postgres_crossing_currencies_never_deadlock() {
                 let checkout = checkout(round, worker);
                 scope.spawn(move || {
                     let (_, to, moves) = ROLES[worker % ROLES.len()];
+                    let claim =
+                        moves.then(|| store.claim(&checkout, "k", NOW, DAY).unwrap().unwrap());
                     barrier.wait();
-                    if moves {
+                    if let Some(claim) = claim {
                         // Not `gate_with`: a deadlock's rerun calls `decide` again, and the
                         // counter below is what should report it.
-                        let claim = store.claim(&checkout, "k", NOW, DAY).unwrap().unwrap();
                         let gated = store
                             .gate(
                                 &claim,
@@ -1420,6 +1426,7 @@ fn postgres_crossing_currencies_never_deadlock() {
     }
     // A backend counts its deadlocks when it reports its statistics, at the latest as it ends.
     drop(stores);
+    drop(raw);
     let mut admin = pg_support::client(&base);
     let waited = Instant::now();
     loop {
@@ -1480,7 +1487,7 @@ fn postgres_concurrent_starters_migrate_once() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     for (n, store) in stores.iter().enumerate() {
         gate_with(
             store,
@@ -1698,6 +1705,29 @@ fn a_claim_lost_before_its_gate_makes_the_gate_refuse(fx: &Fixture) {
     assert!(matches!(err, StoreError::ClaimLost), "{err}");
     assert_eq!(spend(store, NOW, "USD"), WindowSpend::default());
     assert_eq!(fx.raw().one("SELECT COUNT(*) FROM ledger"), 0);
+}
+
+/// Red-team finding: two calls of one key share a claim; one refused (or abandoned) ends it, an
+/// update then slips in, and a third call of the same key claims the checkout anew. The first
+/// call's gate must not take that new claim for its own: the basket it checked may have changed.
+fn a_claim_ended_and_taken_again_under_the_same_key_is_not_the_first_holders(fx: &Fixture) {
+    let store = &fx.store;
+    let held = store.claim("c1", "k1", NOW, DAY).unwrap().unwrap();
+    let sharing = store.claim("c1", "k1", NOW, DAY).unwrap().unwrap();
+    store.abandon(sharing).unwrap();
+    let update = store
+        .begin_update("c1", NOW, DAY, DAY)
+        .unwrap()
+        .expect("the claim was ended: an update may go");
+    store.end_update(update).unwrap();
+    let again = store.claim("c1", "k1", NOW, DAY).unwrap().unwrap();
+    let err = forward_under(store, &held, NOW).unwrap_err();
+    assert!(matches!(err, StoreError::ClaimLost), "{err}");
+    assert_eq!(spend(store, NOW, "USD"), WindowSpend::default());
+    assert_eq!(fx.raw().one("SELECT COUNT(*) FROM ledger"), 0);
+    // The first holder's refusal does not end the new claim either; its own holder still pays.
+    store.abandon(held).unwrap();
+    assert!(forward_under(store, &again, NOW).unwrap().permit.is_some());
 }
 
 fn an_abandoned_claim_lapses_only_without_a_reservation(fx: &Fixture) {
@@ -2830,6 +2860,7 @@ both!(
     claims_keep_updates_and_other_payments_off_until_settlement,
     an_abandoned_claim_lapses_only_without_a_reservation,
     a_claim_lost_before_its_gate_makes_the_gate_refuse,
+    a_claim_ended_and_taken_again_under_the_same_key_is_not_the_first_holders,
     a_completion_as_reserved_leaves_the_buckets_alone,
     a_freeze_holds_until_its_own_signed_unfreeze,
     a_charge_in_another_currency_counts_there,

@@ -21,7 +21,7 @@ use time::OffsetDateTime;
 
 use cajaguard_core::freeze::Frozen;
 
-use super::tx::{CheckoutReads, ClaimRow, LedgerRow, State, Tx};
+use super::tx::{ClaimRow, LedgerRow, State, Tx};
 use super::{StoreError, freeze, micros};
 
 /// Why a claim or lease was refused.
@@ -41,12 +41,16 @@ pub enum Conflict {
 pub(super) struct Claimed {
     /// It rides on this key's reservation in flight (a retry).
     pub retry: bool,
+    /// The token of the claim row this call holds (its own, or the one it shares with another
+    /// call of the same key); `None` when it holds none (payments are frozen).
+    pub token: Option<i64>,
     /// The freeze in force, read with the checkout's rows, so that a payment learns it without a
     /// read of its own (the gate reads it again in its transaction).
     pub frozen: Option<Frozen>,
 }
 
-/// Claims `checkout_id` for the payment with `idempotency_key`, and reads the freeze. While
+/// Claims `checkout_id` for the payment with `idempotency_key`, and reads the freeze. A claim
+/// written here gets `new_token`; one shared (same key) keeps its own. While
 /// payments are frozen nothing is written: the payment is refused before its checkout is read,
 /// and a claim would only keep updates of the checkout off, which a freeze leaves alone (SPEC
 /// §7). A gate under such a claim can only refuse (a forward finds no claim: `ClaimLost`).
@@ -54,6 +58,7 @@ pub(super) fn claim(
     tx: &mut dyn Tx,
     checkout_id: &str,
     idempotency_key: &str,
+    new_token: i64,
     now: OffsetDateTime,
     orphan_after: Duration,
     agent: Option<&str>,
@@ -69,53 +74,54 @@ pub(super) fn claim(
     if let Some(frozen) = freeze::of_row(reads.frozen.take())? {
         return Ok(Ok(Claimed {
             retry: false,
+            token: None,
             frozen: Some(frozen),
         }));
     }
-    Ok(
-        claim_from(tx, checkout_id, idempotency_key, now, orphan_after, reads)?.map(|retry| {
-            Claimed {
-                retry,
-                frozen: None,
-            }
-        }),
-    )
-}
-
-/// [`claim`] from the checkout's rows. `Ok(true)`: the claim rides on this key's reservation in
-/// flight (a retry).
-fn claim_from(
-    tx: &mut dyn Tx,
-    checkout_id: &str,
-    idempotency_key: &str,
-    now: OffsetDateTime,
-    orphan_after: Duration,
-    reads: CheckoutReads,
-) -> Result<Result<bool, Conflict>, StoreError> {
+    let put = |tx: &mut dyn Tx| tx.claim_put(checkout_id, idempotency_key, micros(now), new_token);
     if reads.lease_live {
         return Ok(Err(Conflict::UpdateInFlight));
     }
+    let shared = reads
+        .claim
+        .as_ref()
+        .filter(|held| held.idempotency_key == idempotency_key)
+        .map(|held| held.token);
     if let Some(row) = &reads.row
         && row.state == State::InFlight
     {
         if row.idempotency_key != idempotency_key {
             return Ok(Err(Conflict::PaymentInFlight));
         }
-        if reads.claim.is_none() {
-            tx.claim_put(checkout_id, idempotency_key, micros(now))?;
-        }
-        return Ok(Ok(true));
+        let token = match (&reads.claim, shared) {
+            (None, _) => {
+                put(tx)?;
+                Some(new_token)
+            }
+            // Another key's claim beside this key's reservation: held by nobody here.
+            (Some(_), shared) => shared,
+        };
+        return Ok(Ok(Claimed {
+            retry: true,
+            token,
+            frozen: None,
+        }));
     }
-    match reads.claim {
-        Some(held) if held.idempotency_key == idempotency_key => Ok(Ok(false)),
+    let token = match reads.claim {
+        Some(_) if shared.is_some() => shared,
         Some(held) if held.claimed_at_us > micros(now).saturating_sub(as_micros(orphan_after)) => {
-            Ok(Err(Conflict::PaymentInFlight))
+            return Ok(Err(Conflict::PaymentInFlight));
         }
         _ => {
-            tx.claim_put(checkout_id, idempotency_key, micros(now))?;
-            Ok(Ok(false))
+            put(tx)?;
+            Some(new_token)
         }
-    }
+    };
+    Ok(Ok(Claimed {
+        retry: false,
+        token,
+        frozen: None,
+    }))
 }
 
 /// Ends the claim of a payment that was not forwarded (see [`ends_claim`]).
@@ -123,28 +129,48 @@ pub(super) fn end_unreserved(
     tx: &mut dyn Tx,
     checkout_id: &str,
     idempotency_key: &str,
+    token: Option<i64>,
 ) -> Result<(), StoreError> {
     // Under the checkout's lock, as every claim change: an attempt taking over this claim as
     // abandoned must not lose its own to this delete.
     tx.lock_checkout(checkout_id)?;
     let reads = tx.checkout_reads(checkout_id, None)?;
-    if ends_claim(reads.row.as_ref(), reads.claim.as_ref(), idempotency_key) {
+    if ends_claim(
+        reads.row.as_ref(),
+        reads.claim.as_ref(),
+        idempotency_key,
+        token,
+    ) {
         tx.claim_delete(checkout_id)?;
     }
     Ok(())
 }
 
-/// Whether a payment with `idempotency_key` that was not forwarded ends the checkout's claim,
-/// given the checkout's rows read under its lock: only its own claim, and not one that belongs
-/// to a reservation in flight (a refused retry: that payment's outcome is still unknown).
+/// Whether a payment with `idempotency_key` holding the claim `token` that was not forwarded
+/// ends the checkout's claim, given the checkout's rows read under its lock: only the claim it
+/// holds (not a later one under the same key), and not one that belongs to a reservation in
+/// flight (a refused retry: that payment's outcome is still unknown).
 pub(super) fn ends_claim(
     row: Option<&LedgerRow>,
     claim: Option<&ClaimRow>,
     idempotency_key: &str,
+    token: Option<i64>,
 ) -> bool {
     let reserved = row.is_some_and(|row| row.state == State::InFlight);
-    let held = claim.is_some_and(|held| held.idempotency_key == idempotency_key);
-    !reserved && held
+    !reserved && holds(claim, idempotency_key, token)
+}
+
+/// Whether the claim read is the one a call with `idempotency_key` and `token` took or shares.
+pub(super) fn holds(claim: Option<&ClaimRow>, idempotency_key: &str, token: Option<i64>) -> bool {
+    claim.is_some_and(|held| held.idempotency_key == idempotency_key && Some(held.token) == token)
+}
+
+/// A new claim's token.
+pub(super) fn new_token() -> Result<i64, StoreError> {
+    let mut bytes = [0; 8];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| StoreError::Inconsistent(format!("no randomness for a claim: {e}")))?;
+    Ok(i64::from_le_bytes(bytes))
 }
 
 /// Takes an update lease on `checkout_id` until `expires`, unless a payment holds it.

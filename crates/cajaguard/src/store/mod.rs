@@ -71,6 +71,9 @@ pub use sqlite::schema::{BUSY_TIMEOUT, DB_FILE};
 pub struct Claim {
     checkout_id: String,
     idempotency_key: String,
+    /// The claim row's token: the gate forwards only while the row it reads holds this one, so
+    /// a claim ended and written again under the same key (by another call) is not this one.
+    token: Option<i64>,
     retry: bool,
     frozen: Option<Frozen>,
 }
@@ -302,12 +305,22 @@ impl Store {
         // Not flushed on its own: nothing is forwarded under it before the gate's flush, which
         // covers it, and a claim lost in a crash makes that gate refuse (`ClaimLost`). One flush
         // wait fewer on every payment.
+        let new_token = claims::new_token()?;
         let claimed = self.write_unflushed(&mut |tx| {
-            claims::claim(tx, checkout_id, idempotency_key, now, orphan_after, agent)
+            claims::claim(
+                tx,
+                checkout_id,
+                idempotency_key,
+                new_token,
+                now,
+                orphan_after,
+                agent,
+            )
         })?;
         Ok(claimed.map(|claimed| Claim {
             checkout_id: checkout_id.to_owned(),
             idempotency_key: idempotency_key.to_owned(),
+            token: claimed.token,
             retry: claimed.retry,
             frozen: claimed.frozen,
         }))
@@ -316,7 +329,9 @@ impl Store {
     /// Ends a claim under which nothing was forwarded (the checkout could not be read, the store
     /// failed before the gate decided). A claim that belongs to a reservation in flight stays.
     pub fn abandon(&self, claim: Claim) -> Result<(), StoreError> {
-        self.write(&mut |tx| claims::end_unreserved(tx, &claim.checkout_id, &claim.idempotency_key))
+        self.write(&mut |tx| {
+            claims::end_unreserved(tx, &claim.checkout_id, &claim.idempotency_key, claim.token)
+        })
     }
 
     /// An update or cancel of `checkout_id` may go to the shop unless a payment holds it; the lease

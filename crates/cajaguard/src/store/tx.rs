@@ -69,6 +69,9 @@ pub(super) struct Reservation<'a> {
 pub(super) struct ClaimRow {
     pub idempotency_key: String,
     pub claimed_at_us: i64,
+    /// Random per claim written: the calls that took or shared this claim hold it (see
+    /// [`super::Claim`]), and a claim written after it was ended has another.
+    pub token: i64,
 }
 
 /// What a checkout's claim, update lease and settlement decide on, read once its lock is held
@@ -244,6 +247,7 @@ pub(super) trait Tx:
         checkout_id: &str,
         idempotency_key: &str,
         at_us: i64,
+        token: i64,
     ) -> Result<(), StoreError>;
     fn claim_delete(&mut self, checkout_id: &str) -> Result<(), StoreError>;
     /// Whether an update lease on the checkout expires after `now_us`.

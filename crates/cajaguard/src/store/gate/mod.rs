@@ -133,6 +133,8 @@ struct GateInput<'a> {
 /// A gate's inputs with what its reads and writes are keyed by, worked out once.
 struct Prepared<'a> {
     input: GateInput<'a>,
+    /// The token of the claim the caller holds.
+    claim_token: Option<i64>,
     request_id: RequestId,
     digest_hex: String,
     agent_account: Option<String>,
@@ -150,6 +152,7 @@ impl<'a> Prepared<'a> {
             ));
         }
         Ok(Prepared {
+            claim_token: claim.token,
             request_id: input.digest.request_id(),
             digest_hex: input.digest.to_hex(),
             agent_account: input
@@ -203,10 +206,11 @@ fn decide_and_apply(
     // Nothing goes out without the claim: another attempt may have taken over one that
     // looked abandoned. (A refusal needs none: a settlement may have ended it just now.)
     // It was read under the checkout's lock, which every claim change takes.
-    let claim_held = reads
-        .claim
-        .as_ref()
-        .is_some_and(|held| held.idempotency_key == request.idempotency_key);
+    let claim_held = claims::holds(
+        reads.claim.as_ref(),
+        &request.idempotency_key,
+        gate.claim_token,
+    );
     let candidates = approvals::candidates(tx, reads.approvals)?;
     let passkey_candidates =
         passkeys::candidates(tx, passkeys::parse(request_id, reads.passkey_texts))?;
@@ -270,7 +274,7 @@ fn decide_and_apply(
             }
             // From the rows read under the checkout's lock: the refusal wrote neither.
             let (row, claim) = (reads.row.as_ref(), reads.claim.as_ref());
-            if claims::ends_claim(row, claim, &request.idempotency_key) {
+            if claims::ends_claim(row, claim, &request.idempotency_key, gate.claim_token) {
                 tx.claim_delete(&request.checkout_id)?;
             }
         }

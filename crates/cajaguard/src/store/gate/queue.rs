@@ -192,6 +192,7 @@ impl Store {
             claim: Claim {
                 checkout_id: claim.checkout_id.clone(),
                 idempotency_key: claim.idempotency_key.clone(),
+                token: claim.token,
                 retry: claim.retry,
                 frozen: claim.frozen.clone(),
             },

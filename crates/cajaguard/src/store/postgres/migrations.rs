@@ -41,6 +41,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "pending_by_checkout",
         include_str!("migrations/0009_pending_by_checkout.sql"),
     ),
+    (
+        10,
+        "claim_token",
+        include_str!("migrations/0010_claim_token.sql"),
+    ),
 ];
 
 /// The latest version this build knows.

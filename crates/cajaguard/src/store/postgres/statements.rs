@@ -174,12 +174,14 @@ impl Tx for PgTx<'_> {
         checkout_id: &str,
         idempotency_key: &str,
         at_us: i64,
+        token: i64,
     ) -> Result<(), StoreError> {
         self.defer(
-            "INSERT INTO claims (checkout_id, idempotency_key, claimed_at) VALUES ($1, $2, $3)
+            "INSERT INTO claims (checkout_id, idempotency_key, claimed_at, token) VALUES ($1, $2, $3, $4)
              ON CONFLICT (checkout_id) DO UPDATE SET idempotency_key = excluded.idempotency_key,
-                                                     claimed_at = excluded.claimed_at",
-            &[&checkout_id, &idempotency_key, &at_us],
+                                                     claimed_at = excluded.claimed_at,
+                                                     token = excluded.token",
+            &[&checkout_id, &idempotency_key, &at_us, &token],
         )
     }
 
@@ -531,6 +533,7 @@ impl PgTx<'_> {
                 Some(idempotency_key) => Some(ClaimRow {
                     idempotency_key,
                     claimed_at_us: self.get(&row, 15)?,
+                    token: self.get(&row, 18)?,
                 }),
                 None => None,
             },
@@ -554,7 +557,8 @@ const GATE_READS: &str = "SELECT
     (SELECT array_agg(document ORDER BY filed_at, nonce) FROM approvals WHERE request_id = $5),
     CASE WHEN $6::BOOLEAN THEN
         (SELECT array_agg(document ORDER BY filed_at, nonce) FROM passkey_approvals WHERE request_id = $5)
-    END
+    END,
+    c.token
  FROM (SELECT 1) AS one
  LEFT JOIN LATERAL (SELECT * FROM ledger WHERE checkout_id = $4 FOR UPDATE) AS l ON TRUE
  LEFT JOIN payment_freeze AS f ON f.id = 1
@@ -604,7 +608,7 @@ const LEDGER_ROW: &str =
  WHERE checkout_id = $1 FOR UPDATE";
 const LEASE_LIVE: &str =
     "SELECT 1 FROM update_leases WHERE checkout_id = $1 AND expires_at > $2 LIMIT 1";
-const CLAIM: &str = "SELECT idempotency_key, claimed_at FROM claims WHERE checkout_id = $1";
+const CLAIM: &str = "SELECT idempotency_key, claimed_at, token FROM claims WHERE checkout_id = $1";
 const FROZEN: &str = "SELECT frozen_at, reason FROM payment_freeze WHERE id = 1";
 pub(super) const MADE_FOR: &str = "SELECT agent FROM made_for_agent WHERE object = $1 AND id = $2";
 const CHECKOUT_MADE_FOR: &str =
@@ -639,6 +643,7 @@ impl PgTx<'_> {
         Ok(ClaimRow {
             idempotency_key: self.get(row, 0)?,
             claimed_at_us: self.get(row, 1)?,
+            token: self.get(row, 2)?,
         })
     }
 }

@@ -347,7 +347,8 @@ fn a_claim_and_a_settlement_read_in_one_round_trip_and_write_with_their_commit()
         .unwrap();
     let (claimed, claim_trips) = store
         .run_pg(&mut |tx| {
-            let claimed = claims::claim(tx, "co_1", "key_1", now, Duration::from_secs(60), None)?;
+            let claimed =
+                claims::claim(tx, "co_1", "key_1", 7, now, Duration::from_secs(60), None)?;
             Ok((claimed, tx.round_trips()))
         })
         .unwrap();
@@ -355,6 +356,7 @@ fn a_claim_and_a_settlement_read_in_one_round_trip_and_write_with_their_commit()
         claimed,
         Ok(claims::Claimed {
             retry: false,
+            token: Some(7),
             frozen: None
         }),
         "a fresh checkout is claimed"

@@ -37,7 +37,7 @@ fn busy_wait(attempt: i32) -> bool {
     true
 }
 
-const SCHEMA_VERSION: i64 = 7;
+const SCHEMA_VERSION: i64 = 8;
 
 // `spend_buckets` exists so the window sum costs the same with 10^3 or 10^6 ledger rows: it is kept
 // per currency and hour, in the same transactions that change the ledger, and the gate reads only
@@ -164,6 +164,12 @@ const SCHEMA_V7: &str = "
 CREATE INDEX pending_waiting_by_checkout ON pending (checkout_id) WHERE state = 'pending';
 ";
 
+/// Version 8: each claim's token (the same as PostgreSQL's `0010_claim_token.sql`, which says
+/// what it is for).
+const SCHEMA_V8: &str = "
+ALTER TABLE claims ADD COLUMN token INTEGER NOT NULL DEFAULT 0;
+";
+
 pub(crate) fn open(home: &Path) -> Result<Connection, StoreError> {
     prepare_home(home)?;
     let db = home.join(DB_FILE);
@@ -281,7 +287,10 @@ fn migrate(conn: &mut Connection, db: &Path) -> Result<(), StoreError> {
             if version < 6 {
                 tx.execute_batch(SCHEMA_V6)?;
             }
-            tx.execute_batch(SCHEMA_V7)?;
+            if version < 7 {
+                tx.execute_batch(SCHEMA_V7)?;
+            }
+            tx.execute_batch(SCHEMA_V8)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
         SCHEMA_VERSION => {}

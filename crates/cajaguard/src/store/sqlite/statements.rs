@@ -219,12 +219,13 @@ impl Tx for SqliteTx<'_> {
         Ok(self
             .conn
             .prepare_cached(
-                "SELECT idempotency_key, claimed_at FROM claims WHERE checkout_id = ?1",
+                "SELECT idempotency_key, claimed_at, token FROM claims WHERE checkout_id = ?1",
             )?
             .query_row([checkout_id], |r| {
                 Ok(ClaimRow {
                     idempotency_key: r.get(0)?,
                     claimed_at_us: r.get(1)?,
+                    token: r.get(2)?,
                 })
             })
             .optional()?)
@@ -235,12 +236,13 @@ impl Tx for SqliteTx<'_> {
         checkout_id: &str,
         idempotency_key: &str,
         at_us: i64,
+        token: i64,
     ) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(
-                "INSERT OR REPLACE INTO claims (checkout_id, idempotency_key, claimed_at) VALUES (?1, ?2, ?3)",
+                "INSERT OR REPLACE INTO claims (checkout_id, idempotency_key, claimed_at, token) VALUES (?1, ?2, ?3, ?4)",
             )?
-            .execute(params![checkout_id, idempotency_key, at_us])?;
+            .execute(params![checkout_id, idempotency_key, at_us, token])?;
         Ok(())
     }
 
