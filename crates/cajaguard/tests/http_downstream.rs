@@ -112,6 +112,9 @@ enum Act {
     Status(u16),
     /// Forget every session (as a restart would), then answer this request with 404.
     ForgetSessions,
+    /// Wait this long, then as `ForgetSessions`; and take as long again to answer the next
+    /// `initialize` (each step within a 1 s timeout, both together past it).
+    ForgetSessionsThenHandshakeSlowly(Duration),
     /// Answer with a JSON body of this many bytes.
     Huge(usize),
     /// Charge (as a completion would), then answer 200 with this content type and that body.
@@ -138,6 +141,8 @@ struct ScriptedShop {
     seen: Arc<Mutex<Vec<Seen>>>,
     script: Arc<Mutex<HashMap<String, VecDeque<Act>>>>,
     session: Arc<AtomicU64>,
+    /// How long the next `initialize` waits before its answer.
+    slow_initialize: Arc<Mutex<Option<Duration>>>,
 }
 
 impl ScriptedShop {
@@ -154,6 +159,7 @@ impl ScriptedShop {
                     .collect(),
             )),
             session: Arc::new(AtomicU64::new(0)),
+            slow_initialize: Arc::default(),
         };
         let server = shop.clone();
         std::thread::spawn(move || {
@@ -206,6 +212,9 @@ impl ScriptedShop {
         });
         let current = format!("s{}", self.session.load(Ordering::SeqCst));
         if method == "initialize" {
+            if let Some(wait) = self.slow_initialize.lock().unwrap().take() {
+                std::thread::sleep(wait);
+            }
             let id = format!("s{}", self.session.fetch_add(1, Ordering::SeqCst) + 1);
             let result = json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
                                 "serverInfo": {"name": "scripted", "version": "0"}});
@@ -252,6 +261,12 @@ impl ScriptedShop {
                         return respond(&mut out, code, &[("Retry-After", "0")], "busy");
                     }
                     Act::ForgetSessions => {
+                        self.session.fetch_add(1, Ordering::SeqCst);
+                        return respond(&mut out, 404, &[], "unknown session");
+                    }
+                    Act::ForgetSessionsThenHandshakeSlowly(wait) => {
+                        std::thread::sleep(wait);
+                        *self.slow_initialize.lock().unwrap() = Some(wait);
                         self.session.fetch_add(1, Ordering::SeqCst);
                         return respond(&mut out, 404, &[], "unknown session");
                     }
@@ -468,6 +483,38 @@ fn a_payment_refused_for_a_stale_session_twice_is_released_only_after_a_fresh_re
         "the gate's read-back, then the read that confirms the refusal: {reads:?}"
     );
     assert_eq!(in_flight_usd(&mut mcp), 0, "the read found it open");
+}
+
+/// Red-team finding: a payment's resend on a new session went out whenever the new handshake
+/// ended, though reconciliation takes a reservation older than twice the shop's timeout for one
+/// whose payment never came, and releases it. A payment is written within the shop's timeout of
+/// its reservation or not at all.
+#[test]
+fn a_payment_is_not_resent_after_the_shops_timeout_has_passed_since_its_reservation() {
+    let shop = ScriptedShop::start(&[(
+        "complete_checkout",
+        vec![Act::ForgetSessionsThenHandshakeSlowly(
+            Duration::from_millis(600),
+        )],
+    )]);
+    let world = world_with(
+        &shop,
+        Options {
+            timeout_seconds: 1,
+            ..Options::default()
+        },
+    );
+    let mut mcp = world.proxy();
+    let result = mcp.pay("gid://scripted/Checkout/1");
+    assert_eq!(result["isError"], json!(true), "{result}");
+    assert_eq!(
+        shop.calls_of("complete_checkout").len(),
+        1,
+        "the resend was not written"
+    );
+    // The one write was refused for its session: released after a fresh read, as any refusal.
+    assert_eq!(shop.calls_of("get_checkout").len(), 2);
+    assert_eq!(in_flight_usd(&mut mcp), 0);
 }
 
 /// Regression (issue 13): an answer over `max_message_bytes` dropped the whole connection (and

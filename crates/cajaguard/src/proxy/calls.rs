@@ -241,14 +241,17 @@ impl Proxy {
         id: &RawValue,
         method: &str,
         params: &str,
+        answered_by: Option<std::time::Instant>,
     ) -> Result<Reply, ShopError> {
         let key = jsonrpc::id_key(id);
         let started = std::time::Instant::now();
-        let reply = self.shop.request(method, Some(params), &mut |shop_id| {
-            if let Some(call) = lock(&self.calls).get_mut(&key) {
-                call.shop_id = Some(shop_id);
-            }
-        });
+        let reply = self
+            .shop
+            .request_by(answered_by, method, Some(params), &mut |shop_id| {
+                if let Some(call) = lock(&self.calls).get_mut(&key) {
+                    call.shop_id = Some(shop_id);
+                }
+            });
         self.metrics.shop_took(started.elapsed());
         reply
     }

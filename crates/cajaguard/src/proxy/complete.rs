@@ -93,6 +93,9 @@ impl Proxy {
         let digest = BasketDigest::of_request(&quote, &request.instruments, self.agent.as_ref());
         audit.request_id = Some(digest.request_id().as_str().to_owned());
 
+        // Taken before the gate's clock (its reservation's time): the payment is written, and its
+        // answer awaited, within the shop's timeout of this, never later (`Shop::request_by`).
+        let answered_by = Instant::now() + self.shop.timeout();
         let (ruling, permit) = match self.decide(&claim, &request, &quote, &digest, &audit, started)
         {
             Ok(decided) => {
@@ -108,7 +111,17 @@ impl Proxy {
             self.elicit(&ruling);
             return refusal(&ruling);
         };
-        let answer = self.pay(id, params, permit, &ruling, &quote, &agent, &audit, started);
+        let answer = self.pay(
+            id,
+            params,
+            permit,
+            answered_by,
+            &ruling,
+            &quote,
+            &agent,
+            &audit,
+            started,
+        );
         self.checkpoint(false);
         answer
     }
@@ -182,7 +195,7 @@ impl Proxy {
         claim: &Claim,
     ) -> Result<Quote, Ruling> {
         let params = checkout::get_checkout_params(agent, &request.checkout_id);
-        let result = match self.shop_request(id, "tools/call", &params) {
+        let result = match self.shop_request(id, "tools/call", &params, None) {
             Ok(Reply::Result(raw)) => serde_json::from_str::<Value>(raw.get()).map_err(|_| {
                 Ruling::new(
                     Reason::CheckoutUnreadable,
@@ -276,13 +289,14 @@ impl Proxy {
         id: &RawValue,
         params: &RawValue,
         permit: Permit,
+        answered_by: Instant,
         ruling: &Ruling,
         quote: &Quote,
         agent: &Value,
         audit: &AuditRecord,
         started: Instant,
     ) -> Answer {
-        let answer = self.shop_request(id, "tools/call", params.get());
+        let answer = self.shop_request(id, "tools/call", params.get(), Some(answered_by));
         let heard = match &answer {
             Ok(Reply::Result(raw)) => match serde_json::from_str::<Value>(raw.get()) {
                 Ok(result) => match settle::read_completion(&result, permit.checkout_id()) {

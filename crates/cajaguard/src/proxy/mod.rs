@@ -447,7 +447,7 @@ impl Proxy {
 
     /// Forwards a call unchanged and passes the shop's answer back unchanged.
     fn forward(&self, id: &RawValue, params: &str) -> Answer {
-        match self.shop_request(id, "tools/call", params) {
+        match self.shop_request(id, "tools/call", params, None) {
             Ok(Reply::Result(result)) => Answer::Result(result.get().to_owned()),
             Ok(Reply::Error(error)) => Answer::ForwardedError(error),
             Err(e) => shop_failure(&e),

@@ -299,7 +299,9 @@ impl Proxy {
             .max(REVISIT_AT_MOST_EVERY)
     }
 
-    /// Twice the downstream timeout: by then a live proxy that reserved has settled or given up.
+    /// Twice the downstream timeout: by then a live proxy that reserved has settled or given up,
+    /// since it writes the payment and waits for its answer within one timeout of the
+    /// reservation, a new connection's handshake included (`Shop::request_by`).
     pub(super) fn stale_after(&self) -> Duration {
         self.shop.timeout().saturating_mul(2)
     }

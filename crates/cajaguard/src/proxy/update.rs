@@ -71,7 +71,7 @@ impl Proxy {
                 return refusal(&ruling);
             }
         };
-        let reply = self.shop_request(id, "tools/call", params);
+        let reply = self.shop_request(id, "tools/call", params, None);
         // An update whose answer never came may still be applied by the shop: its lease then
         // lapses on its own, after any live call on it has given up.
         if !matches!(&reply, Err(e) if e.outcome_unknown())

@@ -49,13 +49,22 @@ pub enum ShopError {
     #[error("cannot reach the shop at {url}: {why}; check that it is up and downstream.url")]
     Unreachable { url: String, why: String },
     /// An HTTP status that is not an MCP answer. `unknown` when the shop may have acted on the
-    /// request (every such status but 429 and 503, which say it was not taken).
+    /// request: every such status, except 429 and 503 on a read (retried, and a read has no
+    /// effect either way).
     #[error("the shop answered HTTP {status}{}", if *unknown { " (it may have acted on the request)" } else { "" })]
     Http { status: u16, unknown: bool },
     /// HTTP 404 on a request carrying a session id: the shop forgot the session and did not
     /// process the request. `Shop::request` re-initializes and resends once.
     #[error("the shop forgot the MCP session (HTTP 404) twice in a row; it was not processed")]
     SessionExpired,
+    /// A payment not sent because reaching the shop (a new connection and its handshake) took
+    /// longer than the shop's timeout since the gate reserved it: past that, reconciliation may
+    /// take the reservation for a payment that never came and release it.
+    #[error(
+        "the payment was not sent: reaching the shop took longer than its timeout ({0:?}) after the \
+         gate reserved it; nothing was paid, ask again"
+    )]
+    TooLateToSend(Duration),
 }
 
 fn unauthorized_message(status: u16, var: Option<&str>) -> String {
@@ -110,7 +119,9 @@ impl ShopError {
         self.before_start()
             || matches!(
                 self,
-                ShopError::Unreachable { .. } | ShopError::SessionExpired
+                ShopError::Unreachable { .. }
+                    | ShopError::SessionExpired
+                    | ShopError::TooLateToSend(_)
             )
     }
 

@@ -12,7 +12,7 @@ mod stdio;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cajaguard_core::policy::{Downstream as DownstreamPolicy, DownstreamTransport};
 use cajaguard_wire::era::{self, Era};
@@ -186,13 +186,42 @@ impl Shop {
         params: Option<&str>,
         sent: &mut dyn FnMut(u64),
     ) -> Result<Reply, ShopError> {
+        self.request_by(None, method, params, sent)
+    }
+
+    /// [`Shop::request`] that writes the request only before `answered_by`, and waits for its
+    /// answer no longer than that: a payment is written within the shop's timeout of its
+    /// reservation, whatever a new connection's handshake took, so that it has its answer (or
+    /// gave up) before reconciliation may take the reservation for stale (`reconcile.rs`).
+    pub fn request_by(
+        &self,
+        answered_by: Option<Instant>,
+        method: &str,
+        params: Option<&str>,
+        sent: &mut dyn FnMut(u64),
+    ) -> Result<Reply, ShopError> {
         let mut resent = false;
         loop {
             let connection = self.connection()?;
+            let timeout = match answered_by {
+                None => self.timeout,
+                Some(by) => {
+                    let left = by.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        // After a 404 the first write's word stands: it was not processed.
+                        return Err(if resent {
+                            ShopError::SessionExpired
+                        } else {
+                            ShopError::TooLateToSend(self.timeout)
+                        });
+                    }
+                    left.min(self.timeout)
+                }
+            };
             let shop_params = era::params_for_shop(connection.handshake.era, params);
             let reply = connection
                 .link
-                .request(method, shop_params.as_deref(), self.timeout, sent);
+                .request(method, shop_params.as_deref(), timeout, sent);
             if let Err(e) = &reply {
                 if e.drops_connection() {
                     self.discard(&connection);
