@@ -124,7 +124,11 @@ fn anything_else_is_an_unknown_outcome() {
         result(checkout("complete_in_progress", json!(8900))),
         result(json!({"id": "x"})),
     ] {
-        assert_eq!(read_completion(&answer, ID), Completion::Unknown, "{answer}");
+        assert_eq!(
+            read_completion(&answer, ID),
+            Completion::Unknown,
+            "{answer}"
+        );
     }
 }
 
