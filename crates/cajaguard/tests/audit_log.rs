@@ -291,8 +291,10 @@ fn rows_written_before_the_log_are_adopted_in_order(kind: Kind) {
         .collect();
     // Back to the schema before the log, as an older CajaGuard left it (so also before the
     // agents of schema 5 / migration 5, what was made for them, schema 6 / migration 8, and the
-    // pending requests by checkout, schema 7 / migration 9).
-    let downgrade = "DROP INDEX pending_waiting_by_checkout;
+    // pending requests by checkout, schema 7 / migration 9, and the claims' tokens, schema 8 /
+    // migration 10).
+    let downgrade = "ALTER TABLE claims DROP COLUMN token;
+         DROP INDEX pending_waiting_by_checkout;
          DROP TABLE made_for_agent;
          ALTER TABLE ledger DROP COLUMN agent;
          ALTER TABLE pending DROP COLUMN agent;
