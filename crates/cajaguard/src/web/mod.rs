@@ -60,7 +60,7 @@ use time::OffsetDateTime;
 
 use crate::store::{AuditRecord, LinkState, PendingRow, Store, StoreError};
 
-pub use server::serve;
+pub use server::{Limits, serve, serve_with};
 
 /// How long a ceremony issued with a page stays usable.
 const CEREMONY_TTL: Duration = Duration::from_secs(5 * 60);
@@ -128,30 +128,8 @@ impl WebApp {
 
     /// Routes one request, after the Host and Origin checks.
     pub fn handle(&self, req: &Request) -> Response {
-        if req.host.as_deref() != Some(self.web.host().as_str()) {
-            return Response::text(
-                421,
-                format!(
-                    "this page answers only at {} (the Host header differs); open that address",
-                    self.web.origin()
-                ),
-            );
-        }
-        // Reading a request's page reads the shop and writes an audit checkpoint, and the status
-        // page issues an unfreeze ceremony: another site's page must not make those happen (260
-        // image requests used up the ceremonies, so the human's open form failed).
-        if req.fetch.from_another_site() {
-            return Response::text(
-                403,
-                "refused: another site's page made this request; open this page yourself",
-            );
-        }
-        let post = req.method == "POST";
-        if post && req.origin.as_deref() != Some(self.web.origin().as_str()) {
-            return Response::text(
-                403,
-                "refused: a change must come from this page itself (the Origin header differs)",
-            );
+        if let Some(refused) = self.refusal(req) {
+            return refused;
         }
         let segments: Vec<&str> = req.path.trim_matches('/').split('/').collect();
         let result = match (req.method.as_str(), segments.as_slice()) {
@@ -167,6 +145,38 @@ impl WebApp {
             (_, _) => Ok(Response::text(404, "no such page")),
         };
         result.unwrap_or_else(|e| e)
+    }
+
+    /// The refusal of a request whose headers the page does not take (`Host`, `Fetch Metadata`,
+    /// `Origin`), or `None`: a check of the headers alone, so the HTTP shell makes it before it
+    /// reads a body.
+    pub fn refusal(&self, req: &Request) -> Option<Response> {
+        if req.host.as_deref() != Some(self.web.host().as_str()) {
+            return Some(Response::text(
+                421,
+                format!(
+                    "this page answers only at {} (the Host header differs); open that address",
+                    self.web.origin()
+                ),
+            ));
+        }
+        // Reading a request's page reads the shop and writes an audit checkpoint, and the status
+        // page issues an unfreeze ceremony: another site's page must not make those happen (260
+        // image requests used up the ceremonies, so the human's open form failed).
+        if req.fetch.from_another_site() {
+            return Some(Response::text(
+                403,
+                "refused: another site's page made this request; open this page yourself",
+            ));
+        }
+        let post = req.method == "POST";
+        if post && req.origin.as_deref() != Some(self.web.origin().as_str()) {
+            return Some(Response::text(
+                403,
+                "refused: a change must come from this page itself (the Origin header differs)",
+            ));
+        }
+        None
     }
 
     fn now(&self) -> OffsetDateTime {
