@@ -11,13 +11,16 @@
 //! - **Origin.** Every POST must carry `Origin: http://localhost:<port>` (403 otherwise), and the
 //!   page sends no CORS headers, so another site's script can neither post with our origin nor
 //!   read an answer.
-//! - **A fresh server-issued nonce and the passkey itself.** Each ceremony (approve, deny,
+//! - **A server-issued nonce and the passkey itself.** Each ceremony (approve, deny,
 //!   register) is issued by the server when it renders the page: a random, single-use, 5-minute
 //!   nonce naming terms the server keeps. A POST names the nonce and carries the WebAuthn
 //!   response; the terms come from the server's memory, never from the request, and nothing is
 //!   filed unless the pure core verifies the passkey's signature over them. So a request forged
 //!   without the human's authenticator (and user verification) changes nothing, even one that
-//!   gets past the header checks (a local process can write any header).
+//!   gets past the header checks (a local process can write any header). Loading a request's
+//!   page or the status page again shows the form already open for the same purpose (while it
+//!   has half its life left), and a form is used up only by an answer that verifies: a process
+//!   loading pages in a loop, or posting forged answers, cannot take the human's open form.
 //! - **What is shown.** Shop and agent text goes through `display::terminal` (control, invisible
 //!   and ANSI characters removed) and is HTML-escaped; the Content-Security-Policy allows only the
 //!   page's own inline script (by a per-response nonce) and same-origin requests: nothing is
@@ -38,7 +41,7 @@ mod passkeys;
 mod server;
 mod status;
 
-use ceremony::{Ceremony, Issued, assertion_of, random};
+use ceremony::{Ceremony, Issued, Purpose, assertion_of, random};
 pub use http::{Fetch, Request, Response};
 
 use std::collections::HashMap;
@@ -64,7 +67,8 @@ pub use server::{Limits, serve, serve_with};
 
 /// How long a ceremony issued with a page stays usable.
 const CEREMONY_TTL: Duration = Duration::from_secs(5 * 60);
-/// At most this many ceremonies are outstanding; past it the oldest are dropped. Rendering pages
+/// At most this many ceremonies are outstanding; past it no new one is issued (none is dropped to
+/// make room: that was how a page loaded in a loop took the human's open form). Rendering pages
 /// in a loop must not grow the server's memory without bound.
 const MAX_CEREMONIES: usize = 256;
 /// A POST body larger than this is not a WebAuthn response.
@@ -87,7 +91,7 @@ pub struct WebApp {
     store: Arc<Store>,
     reread: Box<Reread>,
     clock: Box<Clock>,
-    ceremonies: Mutex<(u64, HashMap<String, Issued>)>,
+    ceremonies: Mutex<HashMap<String, Issued>>,
 }
 
 impl WebApp {
@@ -111,7 +115,7 @@ impl WebApp {
             store,
             reread,
             clock,
-            ceremonies: Mutex::new((0, HashMap::new())),
+            ceremonies: Mutex::new(HashMap::new()),
         })
     }
 
