@@ -181,8 +181,11 @@ fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 
 /// What is wrong when the `Mcp-Method` or `Mcp-Name` header (which clients of the 2026-07-28
 /// era send, and a gateway in front may route or authorize by) disagrees with the body: the
-/// gate reads the body, so a header that says another method or tool would mislead only what
-/// reads the headers. Refused as the MCP SDK's own server refuses it (-32020).
+/// gate reads the body, so a header that says another method or target would mislead only what
+/// reads the headers. Refused as the MCP SDK's own server refuses it (-32020). `Mcp-Name` names
+/// the tool of `tools/call`, the prompt of `prompts/get` and the resource of `resources/read`
+/// (SEP-2243), as the bridge sends it: read for `tools/call` alone, the header the bridge sent
+/// with a prompt or a resource was a mismatch, where the gate's answer is that it has none.
 fn header_mismatch(
     headers: &HeaderMap,
     method: Option<&str>,
@@ -194,16 +197,9 @@ fn header_mismatch(
         return Some("the Mcp-Method header does not name the body's method".to_owned());
     }
     let said = headers.get("mcp-name")?;
-    #[derive(serde::Deserialize)]
-    struct Named {
-        name: Option<String>,
-    }
-    let name = params
-        .filter(|_| method == Some("tools/call"))
-        .and_then(|p| serde_json::from_str::<Named>(p.get()).ok())
-        .and_then(|named| named.name);
-    (said.to_str().ok() != name.as_deref())
-        .then(|| "the Mcp-Name header does not name the body's tool".to_owned())
+    let target = method.and_then(|method| cajaguard_wire::era::target_name(method, params));
+    (said.to_str().ok() != target.as_deref())
+        .then(|| "the Mcp-Name header does not name the body's tool, prompt or resource".to_owned())
 }
 
 /// The `Origin` header as `origin_allowed` takes it: one that is there but not readable text
