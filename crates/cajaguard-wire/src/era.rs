@@ -190,6 +190,28 @@ pub fn client_info() -> String {
     )
 }
 
+/// The target a request names, which a 2026-07-28 client mirrors in the `Mcp-Name` header
+/// (SEP-2243): `params.name` of `tools/call` and `prompts/get`, `params.uri` of `resources/read`;
+/// `None` for another method, or when the field is not a string. One reading for the bridge,
+/// which sends the header, and the service, which refuses a header that disagrees with it: when
+/// they read it differently, a request the bridge sent was refused as a mismatch (-32020).
+pub fn target_name(method: &str, params: Option<&RawValue>) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Name {
+        name: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Uri {
+        uri: Option<String>,
+    }
+    let params = params?.get();
+    match method {
+        "tools/call" | "prompts/get" => serde_json::from_str::<Name>(params).ok()?.name,
+        "resources/read" => serde_json::from_str::<Uri>(params).ok()?.uri,
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +243,32 @@ mod tests {
             panic!("capabilities are required")
         };
         assert!(line.contains("-32602"), "{line}");
+    }
+
+    #[test]
+    fn the_target_is_the_name_of_a_tool_or_prompt_and_the_uri_of_a_resource() {
+        let params = raw(r#"{"name":"code_review","uri":"file:///a","arguments":{"name":1}}"#);
+        for (method, target) in [
+            ("tools/call", Some("code_review")),
+            ("prompts/get", Some("code_review")),
+            ("resources/read", Some("file:///a")),
+            ("tools/list", None),
+            ("resources/subscribe", None),
+        ] {
+            assert_eq!(
+                target_name(method, Some(&params)).as_deref(),
+                target,
+                "{method}"
+            );
+        }
+        // Only the field the method names is read: a `name` of another type beside a `uri`.
+        let uri_only = raw(r#"{"uri":"file:///a","name":7}"#);
+        assert_eq!(
+            target_name("resources/read", Some(&uri_only)).as_deref(),
+            Some("file:///a")
+        );
+        assert_eq!(target_name("tools/call", Some(&uri_only)), None);
+        assert_eq!(target_name("tools/call", None), None);
     }
 
     #[test]

@@ -1217,3 +1217,71 @@ fn one_remote_address_holds_at_most_its_share_of_connections() {
     assert_eq!(status["isError"], json!(false), "{status}");
     drop(held);
 }
+
+/// A 2026-07-28 `prompts/get` or `resources/read` through the bridge (`cajaguard mcp
+/// --connect`), which mirrors the prompt's name or the resource's URI in `Mcp-Name` as SEP-2243
+/// asks, is answered as the gate answers it (it has neither: -32601), not refused as a header
+/// mismatch (-32020): the service read `Mcp-Name` for `tools/call` only. A header that names
+/// another prompt is still a mismatch.
+#[test]
+fn a_prompt_or_resource_request_through_the_bridge_is_not_a_header_mismatch() {
+    use std::io::Write as _;
+    let (_world, served) = two_agents();
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    let requests = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "prompts/get",
+            "params": {"name": "code_review", "_meta": meta}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "resources/read",
+            "params": {"uri": "file:///etc/hostname", "_meta": meta}}),
+    ];
+    let mut bridge = std::process::Command::new(cajaguard_harness::cajaguard_bin())
+        .args([
+            "mcp",
+            "--connect",
+            &served.url,
+            "--token-env",
+            "CG_TEST_TOKEN",
+        ])
+        .env("CG_TEST_TOKEN", ALICE)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
+    bridge
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = bridge.wait_with_output().unwrap();
+    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        answers.len(),
+        2,
+        "{answers:?} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for answer in &answers {
+        assert_eq!(answer["error"]["code"], json!(-32601), "{answer}");
+    }
+
+    let auth = format!("Bearer {ALICE}");
+    let other = post(
+        &served.url,
+        &[
+            ("authorization", &auth),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "prompts/get"),
+            ("mcp-name", "another_prompt"),
+        ],
+        &requests[0].to_string(),
+    );
+    assert_eq!(other.status, 400, "{other:?}");
+    assert_eq!(other.json()["error"]["code"], json!(-32020), "{other:?}");
+}

@@ -606,11 +606,8 @@ fn every_answer_forbids_external_loads_and_sends_no_cors() {
     }
 }
 
-#[test]
-fn a_passkey_unfreezes_the_freeze_the_page_showed_and_nothing_else_does() {
-    let w = world();
-    let mut auth = SoftAuthenticator::es256();
-    assert_eq!(register(&w, &auth).status, 200);
+/// Freezes payments, as a human on the terminal does.
+fn freeze(w: &World) {
     let now = OffsetDateTime::now_utc();
     w.store
         .freeze(
@@ -620,6 +617,14 @@ fn a_passkey_unfreezes_the_freeze_the_page_showed_and_nothing_else_does() {
             &AuditRecord::new(now, "cli"),
         )
         .unwrap();
+}
+
+#[test]
+fn a_passkey_unfreezes_the_freeze_the_page_showed_and_nothing_else_does() {
+    let w = world();
+    let mut auth = SoftAuthenticator::es256();
+    assert_eq!(register(&w, &auth).status, 200);
+    freeze(&w);
     let page = data(&get(&w, "/status"));
 
     // A stranger's passkey, then a valid assertion posted from another origin: still frozen.
@@ -643,4 +648,88 @@ fn a_passkey_unfreezes_the_freeze_the_page_showed_and_nothing_else_does() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(w.store.frozen().unwrap().is_none());
     assert_eq!(post(&w, "/unfreeze", &body).status, 409, "single use");
+}
+
+/// A local process that loads a request's page and the status page in a loop does not take the
+/// human's open forms: each load issued new forms and, past 256, dropped the oldest, so the
+/// human's Approve (and Unfreeze) was refused, 409. Nor does an answer it forges with a nonce it
+/// read from the page (every load shows the same form now) use the human's form up.
+#[test]
+fn loading_the_pages_in_a_loop_leaves_the_humans_open_forms_usable() {
+    let w = world();
+    let mut auth = SoftAuthenticator::es256();
+    assert_eq!(register(&w, &auth).status, 200);
+    let id = blocked(&w);
+    freeze(&w);
+    let request_page = data(&get(&w, &format!("/requests/{id}")));
+    let status_page = data(&get(&w, "/status"));
+
+    for _ in 0..300 {
+        assert_eq!(get(&w, &format!("/requests/{id}")).status, 200);
+        assert_eq!(get(&w, "/status").status, 200);
+    }
+    let looped = data(&get(&w, &format!("/requests/{id}")));
+    let mut stranger = SoftAuthenticator::eddsa();
+    let forged = post(
+        &w,
+        &decide_path(&id),
+        &assertion(&mut stranger, &looped, "approve"),
+    );
+    assert_eq!(forged.status, 403, "{}", forged.body);
+
+    let approved = post(
+        &w,
+        &decide_path(&id),
+        &assertion(&mut auth, &request_page, "approve"),
+    );
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    assert_eq!(w.store.passkey_approvals(&id).unwrap().len(), 1);
+    let unfrozen = post(
+        &w,
+        "/unfreeze",
+        &assertion(&mut auth, &status_page, "unfreeze"),
+    );
+    assert_eq!(unfrozen.status, 200, "{}", unfrozen.body);
+    assert!(w.store.frozen().unwrap().is_none());
+}
+
+/// Past 256 open forms a new one is refused rather than the oldest dropped: the forms already
+/// open (here registrations, each from a link of its own) stay usable.
+#[test]
+fn past_the_cap_new_forms_are_refused_and_open_ones_kept() {
+    let w = world();
+    let now = OffsetDateTime::now_utc();
+    let links: Vec<String> = (0..257u32)
+        .map(|n| {
+            let token = hex::encode(link_token(n));
+            w.store
+                .create_registration_link(&token, "laptop", now, &AuditRecord::new(now, "cli"))
+                .unwrap();
+            format!("/passkeys/register?token={token}")
+        })
+        .collect();
+    let first = data(&get(&w, &links[0]));
+    for link in &links[1..256] {
+        assert_eq!(get(&w, link).status, 200);
+    }
+    let refused = get(&w, &links[256]);
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert!(refused.body.contains("too many forms"), "{}", refused.body);
+
+    let auth = SoftAuthenticator::es256();
+    let challenge = unb64(first["challenge"].as_str().unwrap());
+    let credential = serde_json::to_value(auth.register(&challenge)).unwrap();
+    let r = post(
+        &w,
+        "/passkeys/register",
+        &json!({ "nonce": first["ceremonies"]["register"]["nonce"], "credential": credential }),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+/// A registration link's token, one for each `n`.
+fn link_token(n: u32) -> [u8; 32] {
+    let mut token = [0xa5u8; 32];
+    token[..4].copy_from_slice(&n.to_be_bytes());
+    token
 }

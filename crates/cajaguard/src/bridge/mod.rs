@@ -270,22 +270,10 @@ impl Bridge {
     }
 }
 
-/// The target a 2026-07-28 request names, for the `Mcp-Name` header: `params.name` of `tools/call`
-/// and `prompts/get`, `params.uri` of `resources/read`. Only a plain header value is sent.
+/// The target a 2026-07-28 request names, for the `Mcp-Name` header (`era::target_name`, which
+/// the service checks the header against). Only a plain header value is sent.
 fn target_name(method: &str, params: Option<&RawValue>) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Named {
-        #[serde(default)]
-        name: Option<String>,
-        #[serde(default)]
-        uri: Option<String>,
-    }
-    let named: Named = serde_json::from_str(params?.get()).ok()?;
-    let value = match method {
-        "tools/call" | "prompts/get" => named.name,
-        "resources/read" => named.uri,
-        _ => None,
-    }?;
+    let value = cajaguard_wire::era::target_name(method, params)?;
     let plain = !value.is_empty()
         && value.len() <= 1024
         && value.bytes().all(|b| (0x21..0x7f).contains(&b));

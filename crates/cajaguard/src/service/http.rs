@@ -25,7 +25,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use serde_json::value::RawValue;
 
-use super::connections::{PER_REMOTE_ADDRESS, PerAddress};
+use super::connections::{Bounds, Places, serve_connections};
 use super::{Service, Unauthenticated};
 use crate::proxy::MAX_AGENT_MESSAGE_BYTES;
 use cajaguard_wire::era::MODERN_VERSION;
@@ -80,115 +80,32 @@ pub fn serve(
             ))
             .with_state(state);
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        serve_connections(listener, router, answer_within).await;
+        // Until SIGINT or SIGTERM; then the requests in flight are answered, within the time a
+        // call may wait for its answer and a grace, even if a client never finishes its request.
+        serve_connections(
+            listener,
+            router,
+            Places::new(BOUNDS),
+            shutdown(),
+            answer_within.saturating_add(SHUTDOWN_GRACE),
+        )
+        .await;
         Ok(())
     })
 }
 
-/// How long a connection may take to send a request's headers, the first or the next on a
-/// kept connection: a client that opens connections and sends nothing (or a byte at a time)
-/// would otherwise hold them, and their file descriptors, for as long as it likes.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// `/mcp`'s connections: each remote address holds a share of them (`connections.rs`).
+const BOUNDS: Bounds = Bounds {
+    server: "cajaguard serve",
+    connections: 512,
+    header_read_timeout: Duration::from_secs(10),
+};
 /// How long an admitted request's body may take to arrive: it holds one of its agent's places
 /// in flight meanwhile.
 const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// Connections served at once. Past it a new one is closed at once, so what a flood of idle
-/// connections can take is this many descriptors, not the process's last one (which a store
-/// file, a shop connection or an approval file needs).
-const MAX_CONNECTIONS: usize = 512;
 /// After SIGTERM, how much longer than a call may wait for its answer the service waits for
 /// the calls in flight to be answered before it exits anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
-/// Accepts and serves connections (hyper's HTTP/1, as `axum::serve` would, plus
-/// [`HEADER_READ_TIMEOUT`], [`MAX_CONNECTIONS`] and a share of them per remote address) until
-/// SIGINT or SIGTERM; then stops accepting, lets the requests in flight be answered, and returns,
-/// within `answer_within` and [`SHUTDOWN_GRACE`] even if a client never finishes its request.
-async fn serve_connections(
-    listener: tokio::net::TcpListener,
-    router: axum::Router,
-    answer_within: Duration,
-) {
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    let per_address = PerAddress::default();
-    // A flood is refused at the rate it comes: said in the log once a second at most.
-    let mut refusals = Throttle::default();
-    let mut stop = std::pin::pin!(shutdown());
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of descriptors, say: wait a moment rather than spin.
-                    tracing::warn!("cannot accept a connection: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut stop => break,
-        };
-        let Some(place) = per_address.take(peer.ip()) else {
-            if refusals.should_say() {
-                tracing::warn!(
-                    "{} holds {PER_REMOTE_ADDRESS} connections: new ones from it are closed",
-                    peer.ip()
-                );
-            }
-            continue;
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            if refusals.should_say() {
-                tracing::warn!("{MAX_CONNECTIONS} connections open: new ones are closed");
-            }
-            continue;
-        };
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
-        let connection = hyper::server::conn::http1::Builder::new()
-            .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT)
-            .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!("connection ended: {e}");
-            }
-            drop(slot);
-            drop(place);
-        });
-    }
-    drop(listener);
-    let deadline = answer_within.saturating_add(SHUTDOWN_GRACE);
-    if tokio::time::timeout(deadline, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            "stopping with connections still open after {} s: their clients never finished",
-            deadline.as_secs()
-        );
-    }
-}
-
-/// Says yes at most once a second.
-#[derive(Default)]
-struct Throttle {
-    last: Option<Instant>,
-}
-
-impl Throttle {
-    fn should_say(&mut self) -> bool {
-        let now = Instant::now();
-        if self
-            .last
-            .is_some_and(|last| now.duration_since(last) < Duration::from_secs(1))
-        {
-            return false;
-        }
-        self.last = Some(now);
-        true
-    }
-}
 
 async fn shutdown() {
     let terminate = async {
@@ -264,8 +181,11 @@ fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 
 /// What is wrong when the `Mcp-Method` or `Mcp-Name` header (which clients of the 2026-07-28
 /// era send, and a gateway in front may route or authorize by) disagrees with the body: the
-/// gate reads the body, so a header that says another method or tool would mislead only what
-/// reads the headers. Refused as the MCP SDK's own server refuses it (-32020).
+/// gate reads the body, so a header that says another method or target would mislead only what
+/// reads the headers. Refused as the MCP SDK's own server refuses it (-32020). `Mcp-Name` names
+/// the tool of `tools/call`, the prompt of `prompts/get` and the resource of `resources/read`
+/// (SEP-2243), as the bridge sends it: read for `tools/call` alone, the header the bridge sent
+/// with a prompt or a resource was a mismatch, where the gate's answer is that it has none.
 fn header_mismatch(
     headers: &HeaderMap,
     method: Option<&str>,
@@ -277,16 +197,9 @@ fn header_mismatch(
         return Some("the Mcp-Method header does not name the body's method".to_owned());
     }
     let said = headers.get("mcp-name")?;
-    #[derive(serde::Deserialize)]
-    struct Named {
-        name: Option<String>,
-    }
-    let name = params
-        .filter(|_| method == Some("tools/call"))
-        .and_then(|p| serde_json::from_str::<Named>(p.get()).ok())
-        .and_then(|named| named.name);
-    (said.to_str().ok() != name.as_deref())
-        .then(|| "the Mcp-Name header does not name the body's tool".to_owned())
+    let target = method.and_then(|method| cajaguard_wire::era::target_name(method, params));
+    (said.to_str().ok() != target.as_deref())
+        .then(|| "the Mcp-Name header does not name the body's tool, prompt or resource".to_owned())
 }
 
 /// The `Origin` header as `origin_allowed` takes it: one that is there but not readable text

@@ -6,7 +6,7 @@
 //! with the agent's id in every decision. `http.rs` is the axum shell; `session.rs` routes a
 //! session's answers back to the request that asked.
 
-mod connections;
+pub(crate) mod connections;
 mod http;
 pub mod oauth;
 mod session;

@@ -175,8 +175,8 @@ pub enum TokenRejected {
     #[error("the access token has no {0} claim")]
     MissingClaim(String),
     /// The claim's name: it is there but of the wrong type (`exp` not a number, the agent claim
-    /// not a string...).
-    #[error("the access token's {0} claim has the wrong type")]
+    /// not a string...), or an agent claim that is empty or only white space.
+    #[error("the access token's {0} claim has the wrong type or is empty")]
     InvalidClaim(String),
 }
 
@@ -196,7 +196,7 @@ impl TokenRejected {
             TokenRejected::Expired => "token expired",
             TokenRejected::NotYetValid => "token not yet valid",
             TokenRejected::MissingClaim(_) => "missing claim",
-            TokenRejected::InvalidClaim(_) => "claim of the wrong type",
+            TokenRejected::InvalidClaim(_) => "claim of the wrong type or empty",
         }
     }
 }
@@ -765,7 +765,9 @@ impl TokenVerifier {
         }
         match claims.get(&self.agent_claim) {
             None => Err(TokenRejected::MissingClaim(self.agent_claim.clone())),
-            Some(Value::String(agent)) => Ok(agent.clone()),
+            // A blank name names no agent: every principal the issuer gives one would be the one
+            // agent `oauth:`, sharing its caps, window, pending requests and approvals.
+            Some(Value::String(agent)) if !agent.trim().is_empty() => Ok(agent.clone()),
             Some(_) => Err(TokenRejected::InvalidClaim(self.agent_claim.clone())),
         }
     }

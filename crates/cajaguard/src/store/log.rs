@@ -118,12 +118,12 @@ pub(super) fn root(tx: &mut dyn Tx, size: u64) -> Result<Hash, StoreError> {
 }
 
 /// Writes a checkpoint of the log as it is now, signed by `signer`, unless the latest one is of
-/// this size already. Returns the latest checkpoint's text.
+/// this size already. Returns the latest checkpoint: the log size it covers, and its text.
 pub(super) fn checkpoint(
     tx: &mut dyn Tx,
     signer: &LogSigner,
     now_us: i64,
-) -> Result<String, StoreError> {
+) -> Result<(u64, String), StoreError> {
     let head = tx.log_head()?.ok_or_else(no_head)?;
     let root = root(tx, head.size)?;
     // The latest stored one is reused only if it is this host's, of this log and of these
@@ -134,7 +134,7 @@ pub(super) fn checkpoint(
             c.origin == head.origin && c.head.root == root && c.head.size == head.size
         })
     {
-        return Ok(text);
+        return Ok((size, text));
     }
     let text = signer
         .sign(TreeHead {
@@ -144,7 +144,7 @@ pub(super) fn checkpoint(
         .map_err(|e| StoreError::Inconsistent(format!("cannot sign a checkpoint: {e}")))?;
     tx.log_key_add(&signer.verifier_key(), now_us)?;
     tx.checkpoint_insert(head.size, &text, now_us)?;
-    Ok(text)
+    Ok((head.size, text))
 }
 
 /// Makes the head row of a store that has none: a new store, or one from before the log, whose
@@ -346,11 +346,28 @@ impl super::Store {
     /// it signs, and the log would look cut short if it were lost to a power cut.
     pub fn checkpoint(&self, now: time::OffsetDateTime) -> Result<String, StoreError> {
         let head = self.log_head()?;
+        // The log only grows: at the size of the last checkpoint made durable here, nothing was
+        // appended since, and that checkpoint, with every record it covers, is on disk already.
+        // Taken again it cost a write transaction and a sync each time, and every new form of
+        // the approval page takes one. A checkpoint in passing of the same size is not durable,
+        // so it is never what this hands out.
+        let durable = || {
+            self.durable_checkpoint
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some((size, text)) = &*durable()
+            && *size == head.size
+        {
+            return Ok(text.clone());
+        }
         let signer = self.log_signer(&head.origin)?;
-        self.write(&mut |tx| {
+        let (size, text) = self.write(&mut |tx| {
             tx.durable_on_commit();
             checkpoint(tx, signer, super::micros(now))
-        })
+        })?;
+        *durable() = Some((size, text.clone()));
+        Ok(text)
     }
 
     /// [`Store::checkpoint`] as the proxy writes one after payments: only the log keeps it until

@@ -140,6 +140,8 @@ pub struct Store {
     log_signer: std::sync::OnceLock<cajaguard_core::audit_log::LogSigner>,
     /// The gates waiting for their turn in this process ([`Store::gate_queued`]).
     gates: gate::GateQueue,
+    /// The last checkpoint [`Store::checkpoint`] made durable, with the log size it covers.
+    durable_checkpoint: std::sync::Mutex<Option<(u64, String)>>,
 }
 
 enum Backend {
@@ -156,6 +158,7 @@ impl Store {
             backend: Backend::Sqlite(sqlite::Sqlite::open(home)?),
             log_signer: std::sync::OnceLock::new(),
             gates: gate::GateQueue::default(),
+            durable_checkpoint: std::sync::Mutex::new(None),
         }
         .with_log()
     }
@@ -194,6 +197,7 @@ impl Store {
             backend: Backend::Postgres(self::postgres::Postgres::open(&url)?),
             log_signer: std::sync::OnceLock::new(),
             gates: gate::GateQueue::default(),
+            durable_checkpoint: std::sync::Mutex::new(None),
         }
         .with_log()
     }

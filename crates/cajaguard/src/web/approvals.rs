@@ -82,12 +82,15 @@ impl WebApp {
         };
         if !rows.is_empty() && !decided && self.policy.approvals.require.accepts_passkey() {
             for decision in decisions {
-                let terms = self.terms(&pending, *decision, now)?;
-                let challenge = terms.challenge_b64url();
-                let nonce = self.issue(Ceremony::Decide {
-                    request_id: id.clone(),
-                    terms,
-                })?;
+                // The request id names the basket, so the form open for it still stands for
+                // what this page shows.
+                let (nonce, challenge) =
+                    self.issue_for(Purpose::Decide(id.clone(), *decision), || {
+                        Ok(Ceremony::Decide {
+                            request_id: id.clone(),
+                            terms: self.terms(&pending, *decision, now)?,
+                        })
+                    })?;
                 ceremonies.push((*decision, nonce, challenge));
             }
         }
@@ -141,7 +144,7 @@ impl WebApp {
                 "approvals.require is \"key\": the gate counts no passkey approval; set it to \"passkey\" or \"any\"",
             );
         }
-        let (ceremony, credential) = match self.posted(body) {
+        let (nonce, ceremony, credential) = match self.posted(body) {
             Ok(posted) => posted,
             Err(refused) => return refused,
         };
@@ -173,6 +176,9 @@ impl WebApp {
             self.policy.approvals.max_ttl,
         ) {
             return Response::refused(403, format!("not accepted: {why}"));
+        }
+        if let Err(refused) = self.use_up(&nonce) {
+            return refused;
         }
         if let Err(e) = self.store.file_passkey_approval(&document, now) {
             return Self::store_failed(&e);

@@ -28,12 +28,40 @@ pub(super) enum Ceremony {
     },
 }
 
+impl Ceremony {
+    /// The challenge an authenticator signs to answer this form, or `None` for a registration
+    /// (whose challenge the page passes to `credentials.create` as bytes).
+    fn assertion_challenge(&self) -> Option<String> {
+        match self {
+            Ceremony::Decide { terms, .. } => Some(terms.challenge_b64url()),
+            Ceremony::Unfreeze { terms, .. } => Some(terms.challenge_b64url()),
+            Ceremony::Enrol { terms, .. } => Some(terms.challenge_b64url()),
+            Ceremony::Register { .. } => None,
+        }
+    }
+}
+
+/// What a form that any load of a page issues is for. Loading that page again hands out the
+/// form already open for it rather than a new one; see [`WebApp::issue_for`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Purpose {
+    /// Approving or denying a request.
+    Decide(RequestId, Decision),
+    /// Lifting the freeze of this stamp ([`Frozen::stamp`]).
+    Unfreeze(String),
+}
+
 pub(super) struct Issued {
     pub(super) ceremony: Ceremony,
     pub(super) expires: OffsetDateTime,
-    /// Issue order, to drop the oldest past [`MAX_CEREMONIES`].
-    pub(super) serial: u64,
+    /// What the form is for, when loading a page again may hand it out again; `None` for one
+    /// made once (a registration, behind its secret link; an enrolment, after a registration).
+    pub(super) purpose: Option<Purpose>,
 }
+
+/// A form is handed out again only while it has at least this long to run: the page a human
+/// loads always leaves them half a form's life to touch their authenticator.
+const REUSE_WHILE_LEFT: Duration = Duration::from_secs(CEREMONY_TTL.as_secs() / 2);
 
 /// Random bytes, or a refusal: without randomness no ceremony can be issued (fail closed).
 pub(super) fn random<const N: usize>() -> Result<[u8; N], Response> {
@@ -43,59 +71,130 @@ pub(super) fn random<const N: usize>() -> Result<[u8; N], Response> {
     Ok(bytes)
 }
 
+/// The form open for `purpose` that still has [`REUSE_WHILE_LEFT`] to run, as its nonce and what
+/// it stands for.
+fn open_for(
+    issued: &HashMap<String, Issued>,
+    purpose: &Purpose,
+    now: OffsetDateTime,
+) -> Option<(String, Ceremony)> {
+    issued
+        .iter()
+        .filter(|(_, i)| i.purpose.as_ref() == Some(purpose) && i.expires >= now + REUSE_WHILE_LEFT)
+        .max_by_key(|(_, i)| i.expires)
+        .map(|(nonce, i)| (nonce.clone(), i.ceremony.clone()))
+}
+
 impl WebApp {
-    /// Keeps `ceremony` under a fresh nonce, dropping expired ones and the oldest past the cap.
+    /// The form for `purpose`, as its nonce and the challenge to sign: the one already open for it
+    /// while it has [`REUSE_WHILE_LEFT`] to run, else a new one `make` makes.
+    ///
+    /// Why not a new form each load, dropping the oldest past [`MAX_CEREMONIES`]: a local process
+    /// that loaded `/requests/<id>` or `/status` in a loop pushed the human's open form out, and
+    /// their click was refused (409). With one form a purpose (two while one is in its last half)
+    /// such a loop takes no room at all, and no form is ever dropped to make room for another
+    /// ([`WebApp::keep`]). Every load of a page shows the same nonce, so a process can read it;
+    /// that is why a POST uses a form up only once its answer verified ([`WebApp::posted`]).
+    pub(super) fn issue_for(
+        &self,
+        purpose: Purpose,
+        make: impl FnOnce() -> Result<Ceremony, Response>,
+    ) -> Result<(String, String), Response> {
+        let open = {
+            let now = self.now();
+            let issued = self.ceremonies.lock().unwrap_or_else(|p| p.into_inner());
+            open_for(&issued, &purpose, now)
+        };
+        let (nonce, ceremony) = match open {
+            Some(open) => open,
+            // Made outside the lock: a decision's terms take a checkpoint from the store.
+            None => self.keep(make()?, Some(purpose))?,
+        };
+        let challenge = ceremony
+            .assertion_challenge()
+            .ok_or_else(|| Response::text(500, "this form has no challenge; nothing was issued"))?;
+        Ok((nonce, challenge))
+    }
+
+    /// Keeps `ceremony`, made once, under a fresh nonce.
     pub(super) fn issue(&self, ceremony: Ceremony) -> Result<String, Response> {
+        self.keep(ceremony, None).map(|(nonce, _)| nonce)
+    }
+
+    /// Keeps `ceremony` under a fresh nonce, dropping expired forms; past [`MAX_CEREMONIES`] open
+    /// ones, refuses rather than drop one a human may be about to use.
+    fn keep(
+        &self,
+        ceremony: Ceremony,
+        purpose: Option<Purpose>,
+    ) -> Result<(String, Ceremony), Response> {
         let nonce = hex::encode(random::<16>()?);
         let now = self.now();
-        let mut guard = self.ceremonies.lock().unwrap_or_else(|p| p.into_inner());
-        let (serial, map) = &mut *guard;
-        map.retain(|_, issued| issued.expires > now);
-        while map.len() >= MAX_CEREMONIES {
-            let Some(oldest) = map
-                .iter()
-                .min_by_key(|(_, issued)| issued.serial)
-                .map(|(k, _)| k.clone())
-            else {
-                break;
-            };
-            map.remove(&oldest);
+        let mut issued = self.ceremonies.lock().unwrap_or_else(|p| p.into_inner());
+        issued.retain(|_, i| i.expires > now);
+        // Another load of the page may have issued one meanwhile: that one is handed out.
+        if let Some(purpose) = &purpose
+            && let Some(open) = open_for(&issued, purpose, now)
+        {
+            return Ok(open);
         }
-        *serial += 1;
-        map.insert(
+        if issued.len() >= MAX_CEREMONIES {
+            return Err(Response::text(
+                503,
+                "too many forms are open on this page: use one already open, or try again in a few minutes (each lasts 5)",
+            ));
+        }
+        issued.insert(
             nonce.clone(),
             Issued {
-                ceremony,
+                ceremony: ceremony.clone(),
                 expires: now + CEREMONY_TTL,
-                serial: *serial,
+                purpose,
             },
         );
-        Ok(nonce)
+        Ok((nonce, ceremony))
     }
 
-    /// Takes the ceremony `nonce` names: once, and only before it expires.
-    pub(super) fn take(&self, nonce: &str) -> Option<Ceremony> {
-        let now = self.now();
-        let mut guard = self.ceremonies.lock().unwrap_or_else(|p| p.into_inner());
-        let issued = guard.1.remove(nonce)?;
-        (issued.expires > now).then_some(issued.ceremony)
-    }
-
-    /// The ceremony a POST names, taken (once, whatever follows), and its WebAuthn response.
-    pub(super) fn posted(&self, body: &[u8]) -> Result<(Ceremony, Value), Response> {
+    /// The form a POST names (its nonce and what it stands for) and its WebAuthn response. The
+    /// form stays open: the handler uses it up with [`WebApp::use_up`] once the answer verified,
+    /// so a forged answer posted with a nonce read from the page cannot spend the human's form.
+    pub(super) fn posted(&self, body: &[u8]) -> Result<(String, Ceremony, Value), Response> {
         let Some((nonce, credential)) = ceremony_body(body) else {
             return Err(Response::refused(
                 400,
                 "the request is not {\"nonce\", \"credential\"}: use the page's buttons",
             ));
         };
-        match self.take(&nonce) {
-            Some(ceremony) => Ok((ceremony, credential)),
-            None => Err(Response::refused(
-                409,
-                "this form was used, has expired (5 minutes) or was not issued by this page: reload the page and try again",
-            )),
+        let now = self.now();
+        let open = {
+            let issued = self.ceremonies.lock().unwrap_or_else(|p| p.into_inner());
+            issued
+                .get(&nonce)
+                .filter(|i| i.expires > now)
+                .map(|i| i.ceremony.clone())
+        };
+        match open {
+            Some(ceremony) => Ok((nonce, ceremony, credential)),
+            None => Err(Self::not_open()),
         }
+    }
+
+    /// Uses up the form `nonce` whose answer verified: once, and only before it expires. `Err`
+    /// when another answer used it meanwhile (two posts of one form).
+    pub(super) fn use_up(&self, nonce: &str) -> Result<(), Response> {
+        let now = self.now();
+        let mut issued = self.ceremonies.lock().unwrap_or_else(|p| p.into_inner());
+        match issued.remove(nonce) {
+            Some(i) if i.expires > now => Ok(()),
+            _ => Err(Self::not_open()),
+        }
+    }
+
+    fn not_open() -> Response {
+        Response::refused(
+            409,
+            "this form was used, has expired (5 minutes) or was not issued by this page: reload the page and try again",
+        )
     }
 }
 

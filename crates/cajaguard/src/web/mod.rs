@@ -11,13 +11,16 @@
 //! - **Origin.** Every POST must carry `Origin: http://localhost:<port>` (403 otherwise), and the
 //!   page sends no CORS headers, so another site's script can neither post with our origin nor
 //!   read an answer.
-//! - **A fresh server-issued nonce and the passkey itself.** Each ceremony (approve, deny,
+//! - **A server-issued nonce and the passkey itself.** Each ceremony (approve, deny,
 //!   register) is issued by the server when it renders the page: a random, single-use, 5-minute
 //!   nonce naming terms the server keeps. A POST names the nonce and carries the WebAuthn
 //!   response; the terms come from the server's memory, never from the request, and nothing is
 //!   filed unless the pure core verifies the passkey's signature over them. So a request forged
 //!   without the human's authenticator (and user verification) changes nothing, even one that
-//!   gets past the header checks (a local process can write any header).
+//!   gets past the header checks (a local process can write any header). Loading a request's
+//!   page or the status page again shows the form already open for the same purpose (while it
+//!   has half its life left), and a form is used up only by an answer that verifies: a process
+//!   loading pages in a loop, or posting forged answers, cannot take the human's open form.
 //! - **What is shown.** Shop and agent text goes through `display::terminal` (control, invisible
 //!   and ANSI characters removed) and is HTML-escaped; the Content-Security-Policy allows only the
 //!   page's own inline script (by a per-response nonce) and same-origin requests: nothing is
@@ -38,7 +41,7 @@ mod passkeys;
 mod server;
 mod status;
 
-use ceremony::{Ceremony, Issued, assertion_of, random};
+use ceremony::{Ceremony, Issued, Purpose, assertion_of, random};
 pub use http::{Fetch, Request, Response};
 
 use std::collections::HashMap;
@@ -60,11 +63,12 @@ use time::OffsetDateTime;
 
 use crate::store::{AuditRecord, LinkState, PendingRow, Store, StoreError};
 
-pub use server::serve;
+pub use server::{Limits, serve, serve_with};
 
 /// How long a ceremony issued with a page stays usable.
 const CEREMONY_TTL: Duration = Duration::from_secs(5 * 60);
-/// At most this many ceremonies are outstanding; past it the oldest are dropped. Rendering pages
+/// At most this many ceremonies are outstanding; past it no new one is issued (none is dropped to
+/// make room: that was how a page loaded in a loop took the human's open form). Rendering pages
 /// in a loop must not grow the server's memory without bound.
 const MAX_CEREMONIES: usize = 256;
 /// A POST body larger than this is not a WebAuthn response.
@@ -87,7 +91,7 @@ pub struct WebApp {
     store: Arc<Store>,
     reread: Box<Reread>,
     clock: Box<Clock>,
-    ceremonies: Mutex<(u64, HashMap<String, Issued>)>,
+    ceremonies: Mutex<HashMap<String, Issued>>,
 }
 
 impl WebApp {
@@ -111,7 +115,7 @@ impl WebApp {
             store,
             reread,
             clock,
-            ceremonies: Mutex::new((0, HashMap::new())),
+            ceremonies: Mutex::new(HashMap::new()),
         })
     }
 
@@ -128,30 +132,8 @@ impl WebApp {
 
     /// Routes one request, after the Host and Origin checks.
     pub fn handle(&self, req: &Request) -> Response {
-        if req.host.as_deref() != Some(self.web.host().as_str()) {
-            return Response::text(
-                421,
-                format!(
-                    "this page answers only at {} (the Host header differs); open that address",
-                    self.web.origin()
-                ),
-            );
-        }
-        // Reading a request's page reads the shop and writes an audit checkpoint, and the status
-        // page issues an unfreeze ceremony: another site's page must not make those happen (260
-        // image requests used up the ceremonies, so the human's open form failed).
-        if req.fetch.from_another_site() {
-            return Response::text(
-                403,
-                "refused: another site's page made this request; open this page yourself",
-            );
-        }
-        let post = req.method == "POST";
-        if post && req.origin.as_deref() != Some(self.web.origin().as_str()) {
-            return Response::text(
-                403,
-                "refused: a change must come from this page itself (the Origin header differs)",
-            );
+        if let Some(refused) = self.refusal(req) {
+            return refused;
         }
         let segments: Vec<&str> = req.path.trim_matches('/').split('/').collect();
         let result = match (req.method.as_str(), segments.as_slice()) {
@@ -167,6 +149,38 @@ impl WebApp {
             (_, _) => Ok(Response::text(404, "no such page")),
         };
         result.unwrap_or_else(|e| e)
+    }
+
+    /// The refusal of a request whose headers the page does not take (`Host`, `Fetch Metadata`,
+    /// `Origin`), or `None`: a check of the headers alone, so the HTTP shell makes it before it
+    /// reads a body.
+    pub fn refusal(&self, req: &Request) -> Option<Response> {
+        if req.host.as_deref() != Some(self.web.host().as_str()) {
+            return Some(Response::text(
+                421,
+                format!(
+                    "this page answers only at {} (the Host header differs); open that address",
+                    self.web.origin()
+                ),
+            ));
+        }
+        // Reading a request's page reads the shop and writes an audit checkpoint, and the status
+        // page issues an unfreeze ceremony: another site's page must not make those happen (260
+        // image requests used up the ceremonies, so the human's open form failed).
+        if req.fetch.from_another_site() {
+            return Some(Response::text(
+                403,
+                "refused: another site's page made this request; open this page yourself",
+            ));
+        }
+        let post = req.method == "POST";
+        if post && req.origin.as_deref() != Some(self.web.origin().as_str()) {
+            return Some(Response::text(
+                403,
+                "refused: a change must come from this page itself (the Origin header differs)",
+            ));
+        }
+        None
     }
 
     fn now(&self) -> OffsetDateTime {

@@ -71,7 +71,7 @@ impl WebApp {
 
     /// POST `/passkeys/register` `{"nonce", "credential"}`.
     pub(super) fn register(&self, body: &[u8]) -> Response {
-        let (ceremony, credential) = match self.posted(body) {
+        let (nonce, ceremony, credential) = match self.posted(body) {
             Ok(posted) => posted,
             Err(refused) => return refused,
         };
@@ -91,6 +91,9 @@ impl WebApp {
             Ok(r) => r,
             Err(why) => return Response::refused(403, format!("not registered: {why}")),
         };
+        if let Err(refused) = self.use_up(&nonce) {
+            return refused;
+        }
         let now = self.now();
         match self.store.passkey_first_use() {
             Ok(true) => self.keep_passkey(&link_token, &record, None, now),
@@ -127,7 +130,7 @@ impl WebApp {
 
     /// POST `/passkeys/enrol` `{"nonce", "credential"}`: a registered passkey approves the new one.
     pub(super) fn enrol(&self, body: &[u8]) -> Response {
-        let (ceremony, credential) = match self.posted(body) {
+        let (nonce, ceremony, credential) = match self.posted(body) {
             Ok(posted) => posted,
             Err(refused) => return refused,
         };
@@ -154,6 +157,9 @@ impl WebApp {
             Ok(v) => v,
             Err(why) => return Response::refused(403, format!("not approved: {why}")),
         };
+        if let Err(refused) = self.use_up(&nonce) {
+            return refused;
+        }
         let Some(from) = rows
             .iter()
             .find(|r| r.passkey.credential_id == verified.approver())

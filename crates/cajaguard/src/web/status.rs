@@ -13,18 +13,19 @@ impl WebApp {
         // Unfreezing is offered with a passkey whatever approvals.require says: a passkey is the
         // human at the machine, as the approver key on the terminal is (SPEC §7).
         let ceremony = match frozen {
-            Some(frozen) if !rows.is_empty() => {
-                let terms = PasskeyUnfreezeTerms::new(
-                    &frozen,
-                    now,
-                    random::<16>()?,
-                    "unfrozen on the CajaGuard page",
-                    None,
-                );
-                let challenge = terms.challenge_b64url();
-                let nonce = self.issue(Ceremony::Unfreeze { frozen, terms })?;
-                Some((nonce, challenge))
-            }
+            Some(frozen) if !rows.is_empty() => Some(
+                // By the freeze's stamp: a form open for an earlier freeze lifts nothing.
+                self.issue_for(Purpose::Unfreeze(frozen.stamp()), || {
+                    let terms = PasskeyUnfreezeTerms::new(
+                        &frozen,
+                        now,
+                        random::<16>()?,
+                        "unfrozen on the CajaGuard page",
+                        None,
+                    );
+                    Ok(Ceremony::Unfreeze { frozen, terms })
+                })?,
+            ),
             _ => None,
         };
         let recent = self
@@ -43,7 +44,7 @@ impl WebApp {
 
     /// POST `/unfreeze` `{"nonce", "credential"}`: lifts the very freeze the page showed.
     pub(super) fn unfreeze(&self, body: &[u8]) -> Response {
-        let (ceremony, credential) = match self.posted(body) {
+        let (nonce, ceremony, credential) = match self.posted(body) {
             Ok(posted) => posted,
             Err(refused) => return refused,
         };
@@ -65,6 +66,9 @@ impl WebApp {
                 Ok(v) => v,
                 Err(why) => return Response::refused(403, format!("not accepted: {why}")),
             };
+        if let Err(refused) = self.use_up(&nonce) {
+            return refused;
+        }
         let Some(from) = rows
             .iter()
             .find(|r| r.passkey.credential_id == verified.credential_id())

@@ -576,7 +576,7 @@ fn missing_or_mistyped_exp_is_refused() {
 }
 
 #[test]
-fn a_missing_or_non_string_agent_claim_is_refused() {
+fn a_missing_non_string_or_blank_agent_claim_is_refused() {
     let s = setup();
     for (alg, kid, key) in signers() {
         let t = token(&header(alg, Some(kid)), &without(claims(), "sub"), &key);
@@ -586,6 +586,9 @@ fn a_missing_or_non_string_agent_claim_is_refused() {
             json!(null),
             json!(["shopper-1"]),
             json!({"name": "shopper-1"}),
+            // Blank: every such principal would be the one agent `oauth:`.
+            json!(""),
+            json!(" \t\n"),
         ] {
             let t = token(&header(alg, Some(kid)), &with(claims(), "sub", sub), &key);
             refused(&s.verifier, &t, TokenRejected::InvalidClaim("sub".into()));

@@ -114,6 +114,36 @@ fn only_a_forward_a_freeze_and_a_checkpoint_wait_for_the_disk() {
     assert_eq!(synced(), 3, "a checkpoint a human takes is");
 }
 
+/// A checkpoint taken again with nothing appended since is the one already made durable: no
+/// write and no sync. Each new form of the approval page takes one, and any process on the
+/// machine can load the page. Once the log grew, the next one is new and synced, even when a
+/// checkpoint in passing (not synced) of that size was written meanwhile.
+#[test]
+fn a_checkpoint_of_a_log_that_did_not_grow_is_not_synced_again() {
+    let (_home, store) = sqlite_store();
+    let first = store.checkpoint(NOW).unwrap();
+    let start = sqlite(&store).wal_syncs();
+    let synced = || sqlite(&store).wal_syncs() - start;
+    for _ in 0..3 {
+        assert_eq!(store.checkpoint(NOW).unwrap(), first);
+    }
+    assert_eq!(synced(), 0, "nothing was appended: nothing to sync");
+
+    store
+        .audit_many(
+            crate::store::AuditEvent::Ruled(Reason::OverWindowCap),
+            &[record()],
+        )
+        .unwrap();
+    store.checkpoint_in_passing(NOW).unwrap();
+    assert_eq!(synced(), 0);
+    let second = store.checkpoint(NOW).unwrap();
+    assert_ne!(second, first, "the log grew");
+    assert_eq!(synced(), 1, "the grown log's checkpoint is made durable");
+    assert_eq!(store.checkpoint(NOW).unwrap(), second);
+    assert_eq!(synced(), 1);
+}
+
 /// A settlement whose charge differs from its quote freezes payments, and is synced for it.
 #[test]
 fn a_settlement_that_freezes_waits_for_the_disk() {
