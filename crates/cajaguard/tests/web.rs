@@ -109,6 +109,11 @@ fn policy(home: &Path, require: &str) -> Policy {
 
 /// A home with the page for `require`; the shop re-reads `shop_now` (the gate's basket if `None`).
 fn world_with(require: &str, shop_now: Option<Quote>) -> World {
+    world_on(require, shop_now, Box::new(OffsetDateTime::now_utc))
+}
+
+/// [`world_with`] on the page's clock `clock`.
+fn world_on(require: &str, shop_now: Option<Quote>, clock: Box<cajaguard::web::Clock>) -> World {
     let home = tempfile::tempdir().unwrap();
     let policy = policy(home.path(), require);
     let store = Arc::new(Store::open(home.path()).unwrap());
@@ -123,7 +128,7 @@ fn world_with(require: &str, shop_now: Option<Quote>) -> World {
             counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Ok(reread.clone())
         }),
-        Box::new(OffsetDateTime::now_utc),
+        clock,
     )
     .unwrap();
     World {
@@ -456,6 +461,24 @@ fn the_page_shows_where_the_goods_go_and_what_pays() {
         "only the selected destination"
     );
     assert!(page.body.contains("pays with"), "{}", page.body);
+}
+
+/// A request's page loaded in a loop reads the shop back once every two seconds, not once a load
+/// (each read-back is a call on the shop's credential; with a stdio shop, a new shop process).
+#[test]
+fn a_page_loaded_in_a_loop_reads_the_shop_back_once_every_two_seconds() {
+    let now = Arc::new(std::sync::Mutex::new(OffsetDateTime::now_utc()));
+    let clock = Arc::clone(&now);
+    let w = world_on("passkey", None, Box::new(move || *clock.lock().unwrap()));
+    let id = blocked(&w);
+    let before = w.shop_reads();
+    for _ in 0..50 {
+        assert_eq!(get(&w, &format!("/requests/{id}")).status, 200);
+    }
+    assert_eq!(w.shop_reads(), before + 1, "one read-back for 50 loads");
+    *now.lock().unwrap() += time::Duration::seconds(2);
+    assert_eq!(get(&w, &format!("/requests/{id}")).status, 200);
+    assert_eq!(w.shop_reads(), before + 2, "read again once it is 2 s old");
 }
 
 /// Another site's page cannot make the page read the shop, checkpoint the log or issue

@@ -57,7 +57,7 @@ impl WebApp {
                 "no such request (a newer block on the same checkout replaces one): see the list of pending requests",
             ));
         };
-        let reread = (self.reread)(&self.policy, &pending);
+        let reread = self.read_back(&id, &pending);
         let now = self.now();
         let differs = match &reread {
             Ok(quote) => {

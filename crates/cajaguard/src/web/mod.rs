@@ -77,9 +77,15 @@ pub const MAX_BODY: usize = 64 * 1024;
 const RECENT_DECISIONS: i64 = 12;
 /// How long a passkey approval made on the page stays valid (at most `approvals.max_ttl`).
 const APPROVAL_TTL: Duration = Duration::from_secs(15 * 60);
+/// How long a request page shows its checkout's read-back again without asking the shop.
+const REREAD_FRESH_FOR: time::Duration = time::Duration::seconds(2);
+/// The most read-backs kept at once (one per request shown in the last [`REREAD_FRESH_FOR`]).
+const MAX_REREADS_KEPT: usize = 64;
 
 /// Reads a pending request's checkout back from the shop, as `cajaguard approve` does.
 pub type Reread = dyn Fn(&Policy, &PendingRow) -> Result<Quote, String> + Send + Sync;
+/// A request's checkout as read back, and when.
+type ReadBack = (OffsetDateTime, Result<Quote, String>);
 /// The clock and the randomness, passed in so tests can fix them.
 pub type Clock = dyn Fn() -> OffsetDateTime + Send + Sync;
 
@@ -90,6 +96,9 @@ pub struct WebApp {
     rp: RelyingParty,
     store: Arc<Store>,
     reread: Box<Reread>,
+    /// The latest read-back of each request shown, with when it was made (see
+    /// [`WebApp::read_back`]).
+    read_backs: Mutex<HashMap<RequestId, ReadBack>>,
     clock: Box<Clock>,
     ceremonies: Mutex<HashMap<String, Issued>>,
 }
@@ -114,6 +123,7 @@ impl WebApp {
             policy,
             store,
             reread,
+            read_backs: Mutex::new(HashMap::new()),
             clock,
             ceremonies: Mutex::new(HashMap::new()),
         })
@@ -185,6 +195,29 @@ impl WebApp {
 
     fn now(&self) -> OffsetDateTime {
         (self.clock)()
+    }
+
+    /// `pending`'s checkout as the shop has it, read back at most once every
+    /// [`REREAD_FRESH_FOR`] per request and one read-back at a time. A read-back is a call on the
+    /// shop's credential, and for a stdio shop a new shop process: a local process loading the
+    /// page in a loop would otherwise make one per load. The page's approve form binds the
+    /// basket the gate recorded, and the gate reads the shop again before paying, so a read-back
+    /// two seconds old misleads no one.
+    pub(super) fn read_back(&self, id: &RequestId, pending: &PendingRow) -> Result<Quote, String> {
+        let mut kept = self.read_backs.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.now();
+        let fresh = |at: &OffsetDateTime| *at <= now && now - *at < REREAD_FRESH_FOR;
+        if let Some((at, read)) = kept.get(id)
+            && fresh(at)
+        {
+            return read.clone();
+        }
+        let read = (self.reread)(&self.policy, pending);
+        kept.retain(|_, (at, _)| fresh(at));
+        if kept.len() < MAX_REREADS_KEPT {
+            kept.insert(id.clone(), (now, read.clone()));
+        }
+        read
     }
 
     pub(super) fn store_failed(e: &StoreError) -> Response {
