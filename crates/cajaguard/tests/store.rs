@@ -1730,6 +1730,23 @@ fn a_claim_ended_and_taken_again_under_the_same_key_is_not_the_first_holders(fx:
     assert!(forward_under(store, &again, NOW).unwrap().permit.is_some());
 }
 
+/// A claim written by a CajaGuard from before claims had tokens reads as token 0, and that
+/// CajaGuard checks and ends claims by key alone. A newer call of the same key must not share
+/// that 0: the older one could end the claim and write it again, 0 again, over another basket.
+fn a_claim_from_before_tokens_is_never_shared(fx: &Fixture) {
+    let store = &fx.store;
+    let older =
+        "INSERT INTO claims (checkout_id, idempotency_key, claimed_at) VALUES ('c1', 'k1', 0)";
+    fx.raw().batch(older);
+    let held = store.claim("c1", "k1", NOW, DAY).unwrap().unwrap();
+    // The older CajaGuard ends the claim by its key, and another of its calls claims it again.
+    fx.raw().batch("DELETE FROM claims");
+    fx.raw().batch(older);
+    let err = forward_under(store, &held, NOW).unwrap_err();
+    assert!(matches!(err, StoreError::ClaimLost), "{err}");
+    assert_eq!(fx.raw().one("SELECT COUNT(*) FROM ledger"), 0);
+}
+
 fn an_abandoned_claim_lapses_only_without_a_reservation(fx: &Fixture) {
     let store = &fx.store;
     let orphan_after = Duration::from_secs(20);
@@ -2861,6 +2878,7 @@ both!(
     an_abandoned_claim_lapses_only_without_a_reservation,
     a_claim_lost_before_its_gate_makes_the_gate_refuse,
     a_claim_ended_and_taken_again_under_the_same_key_is_not_the_first_holders,
+    a_claim_from_before_tokens_is_never_shared,
     a_completion_as_reserved_leaves_the_buckets_alone,
     a_freeze_holds_until_its_own_signed_unfreeze,
     a_charge_in_another_currency_counts_there,

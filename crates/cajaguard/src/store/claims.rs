@@ -82,10 +82,14 @@ pub(super) fn claim(
     if reads.lease_live {
         return Ok(Err(Conflict::UpdateInFlight));
     }
+    // Token 0 is a claim written by a CajaGuard from before tokens (its default): its holder
+    // checks the key alone, so sharing it would let this call forward under a claim that holder
+    // may end and another write again with the same 0. This call writes a token of its own
+    // instead, as over its own claim.
     let shared = reads
         .claim
         .as_ref()
-        .filter(|held| held.idempotency_key == idempotency_key)
+        .filter(|held| held.idempotency_key == idempotency_key && held.token != NO_TOKEN)
         .map(|held| held.token);
     if let Some(row) = &reads.row
         && row.state == State::InFlight
@@ -94,12 +98,13 @@ pub(super) fn claim(
             return Ok(Err(Conflict::PaymentInFlight));
         }
         let token = match (&reads.claim, shared) {
-            (None, _) => {
+            (_, Some(shared)) => Some(shared),
+            // Another key's claim beside this key's reservation: held by nobody here.
+            (Some(held), None) if held.idempotency_key != idempotency_key => None,
+            _ => {
                 put(tx)?;
                 Some(new_token)
             }
-            // Another key's claim beside this key's reservation: held by nobody here.
-            (Some(_), shared) => shared,
         };
         return Ok(Ok(Claimed {
             retry: true,
@@ -109,7 +114,10 @@ pub(super) fn claim(
     }
     let token = match reads.claim {
         Some(_) if shared.is_some() => shared,
-        Some(held) if held.claimed_at_us > micros(now).saturating_sub(as_micros(orphan_after)) => {
+        Some(held)
+            if held.idempotency_key != idempotency_key
+                && held.claimed_at_us > micros(now).saturating_sub(as_micros(orphan_after)) =>
+        {
             return Ok(Err(Conflict::PaymentInFlight));
         }
         _ => {
@@ -162,15 +170,25 @@ pub(super) fn ends_claim(
 
 /// Whether the claim read is the one a call with `idempotency_key` and `token` took or shares.
 pub(super) fn holds(claim: Option<&ClaimRow>, idempotency_key: &str, token: Option<i64>) -> bool {
-    claim.is_some_and(|held| held.idempotency_key == idempotency_key && Some(held.token) == token)
+    claim.is_some_and(|held| {
+        held.idempotency_key == idempotency_key
+            && held.token != NO_TOKEN
+            && Some(held.token) == token
+    })
 }
 
-/// A new claim's token.
+/// The token of a claim written before claims had tokens (the column's default): no call holds it.
+const NO_TOKEN: i64 = 0;
+
+/// A new claim's token (never [`NO_TOKEN`]).
 pub(super) fn new_token() -> Result<i64, StoreError> {
     let mut bytes = [0; 8];
     getrandom::fill(&mut bytes)
         .map_err(|e| StoreError::Inconsistent(format!("no randomness for a claim: {e}")))?;
-    Ok(i64::from_le_bytes(bytes))
+    Ok(match i64::from_le_bytes(bytes) {
+        NO_TOKEN => 1,
+        token => token,
+    })
 }
 
 /// Takes an update lease on `checkout_id` until `expires`, unless a payment holds it.
