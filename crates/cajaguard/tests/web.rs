@@ -87,8 +87,8 @@ impl World {
     }
 }
 
-fn policy(home: &Path, require: &str) -> Policy {
-    let config = json!({
+fn policy(home: &Path, require: &str, max_ttl_minutes: Option<u64>) -> Policy {
+    let mut config = json!({
         "mode": "test",
         "home": home,
         "downstream": { "command": "cajaguard-fixture-shop" },
@@ -96,6 +96,9 @@ fn policy(home: &Path, require: &str) -> Policy {
         "caps": { "USD": { "approval_above": "50.00", "per_transaction": "100.00", "window": "150.00" } },
         "approvals": { "web": { "listen": "127.0.0.1:8377" }, "require": require }
     });
+    if let Some(minutes) = max_ttl_minutes {
+        config["approvals"]["max_ttl_minutes"] = json!(minutes);
+    }
     let path = home.join("config.json");
     Policy::parse(
         &config.to_string(),
@@ -109,13 +112,18 @@ fn policy(home: &Path, require: &str) -> Policy {
 
 /// A home with the page for `require`; the shop re-reads `shop_now` (the gate's basket if `None`).
 fn world_with(require: &str, shop_now: Option<Quote>) -> World {
-    world_on(require, shop_now, Box::new(OffsetDateTime::now_utc))
+    world_on(require, shop_now, Box::new(OffsetDateTime::now_utc), None)
 }
 
-/// [`world_with`] on the page's clock `clock`.
-fn world_on(require: &str, shop_now: Option<Quote>, clock: Box<cajaguard::web::Clock>) -> World {
+/// [`world_with`] on the page's clock `clock`, approvals lasting at most `max_ttl_minutes`.
+fn world_on(
+    require: &str,
+    shop_now: Option<Quote>,
+    clock: Box<cajaguard::web::Clock>,
+    max_ttl_minutes: Option<u64>,
+) -> World {
     let home = tempfile::tempdir().unwrap();
-    let policy = policy(home.path(), require);
+    let policy = policy(home.path(), require, max_ttl_minutes);
     let store = Arc::new(Store::open(home.path()).unwrap());
     let quote = day_pack(8900);
     let reread = shop_now.unwrap_or_else(|| quote.clone());
@@ -469,7 +477,12 @@ fn the_page_shows_where_the_goods_go_and_what_pays() {
 fn a_page_loaded_in_a_loop_reads_the_shop_back_once_every_two_seconds() {
     let now = Arc::new(std::sync::Mutex::new(OffsetDateTime::now_utc()));
     let clock = Arc::clone(&now);
-    let w = world_on("passkey", None, Box::new(move || *clock.lock().unwrap()));
+    let w = world_on(
+        "passkey",
+        None,
+        Box::new(move || *clock.lock().unwrap()),
+        None,
+    );
     let id = blocked(&w);
     let before = w.shop_reads();
     for _ in 0..50 {
@@ -714,6 +727,38 @@ fn loading_the_pages_in_a_loop_leaves_the_humans_open_forms_usable() {
     );
     assert_eq!(unfrozen.status, 200, "{}", unfrozen.body);
     assert!(w.store.frozen().unwrap().is_none());
+}
+
+/// Review finding: a form was handed out again until it was 2.5 minutes old, whatever its terms'
+/// own lifetime; under `approvals.max_ttl_minutes: 1` a page loaded after a minute offered a form
+/// whose approval had already expired, refused when the human used it. A form now lasts no longer
+/// than what it signs.
+#[test]
+fn a_page_never_hands_out_a_form_whose_approval_has_expired() {
+    let now = Arc::new(std::sync::Mutex::new(OffsetDateTime::now_utc()));
+    let clock = Arc::clone(&now);
+    let w = world_on(
+        "passkey",
+        None,
+        Box::new(move || *clock.lock().unwrap()),
+        Some(1),
+    );
+    let mut auth = SoftAuthenticator::es256();
+    assert_eq!(register(&w, &auth).status, 200);
+    let id = blocked(&w);
+    let first = data(&get(&w, &format!("/requests/{id}")));
+    *now.lock().unwrap() += time::Duration::seconds(70);
+    let later = data(&get(&w, &format!("/requests/{id}")));
+    assert_ne!(
+        later["ceremonies"]["approve"]["nonce"], first["ceremonies"]["approve"]["nonce"],
+        "a new form, not the one whose approval expired"
+    );
+    let approved = post(
+        &w,
+        &decide_path(&id),
+        &assertion(&mut auth, &later, "approve"),
+    );
+    assert_eq!(approved.status, 200, "{}", approved.body);
 }
 
 /// Past 256 open forms a new one is refused rather than the oldest dropped: the forms already

@@ -54,14 +54,12 @@ pub(super) enum Purpose {
 pub(super) struct Issued {
     pub(super) ceremony: Ceremony,
     pub(super) expires: OffsetDateTime,
+    /// How long it was issued for (see [`WebApp::form_lifetime`]).
+    pub(super) lifetime: Duration,
     /// What the form is for, when loading a page again may hand it out again; `None` for one
     /// made once (a registration, behind its secret link; an enrolment, after a registration).
     pub(super) purpose: Option<Purpose>,
 }
-
-/// A form is handed out again only while it has at least this long to run: the page a human
-/// loads always leaves them half a form's life to touch their authenticator.
-const REUSE_WHILE_LEFT: Duration = Duration::from_secs(CEREMONY_TTL.as_secs() / 2);
 
 /// Random bytes, or a refusal: without randomness no ceremony can be issued (fail closed).
 pub(super) fn random<const N: usize>() -> Result<[u8; N], Response> {
@@ -71,8 +69,9 @@ pub(super) fn random<const N: usize>() -> Result<[u8; N], Response> {
     Ok(bytes)
 }
 
-/// The form open for `purpose` that still has [`REUSE_WHILE_LEFT`] to run, as its nonce and what
-/// it stands for.
+/// The form open for `purpose` that still has half its life to run (so the page a human loads
+/// always leaves them that long to touch their authenticator), as its nonce and what it stands
+/// for.
 fn open_for(
     issued: &HashMap<String, Issued>,
     purpose: &Purpose,
@@ -80,14 +79,14 @@ fn open_for(
 ) -> Option<(String, Ceremony)> {
     issued
         .iter()
-        .filter(|(_, i)| i.purpose.as_ref() == Some(purpose) && i.expires >= now + REUSE_WHILE_LEFT)
+        .filter(|(_, i)| i.purpose.as_ref() == Some(purpose) && i.expires >= now + i.lifetime / 2)
         .max_by_key(|(_, i)| i.expires)
         .map(|(nonce, i)| (nonce.clone(), i.ceremony.clone()))
 }
 
 impl WebApp {
     /// The form for `purpose`, as its nonce and the challenge to sign: the one already open for it
-    /// while it has [`REUSE_WHILE_LEFT`] to run, else a new one `make` makes.
+    /// while it has half its life to run, else a new one `make` makes.
     ///
     /// Why not a new form each load, dropping the oldest past [`MAX_CEREMONIES`]: a local process
     /// that loaded `/requests/<id>` or `/status` in a loop pushed the human's open form out, and
@@ -144,15 +143,30 @@ impl WebApp {
                 "too many forms are open on this page: use one already open, or try again in a few minutes (each lasts 5)",
             ));
         }
+        let lifetime = self.form_lifetime(&ceremony);
         issued.insert(
             nonce.clone(),
             Issued {
                 ceremony: ceremony.clone(),
-                expires: now + CEREMONY_TTL,
+                expires: now + lifetime,
+                lifetime,
                 purpose,
             },
         );
         Ok((nonce, ceremony))
+    }
+
+    /// How long a form is open: [`CEREMONY_TTL`], or less when what it signs expires sooner (an
+    /// approval under a short `approvals.max_ttl`), since a form handed out again after its
+    /// terms expired could only be refused. A second less: the terms' times are to the second.
+    fn form_lifetime(&self, ceremony: &Ceremony) -> Duration {
+        let terms = match ceremony {
+            Ceremony::Decide { .. } => APPROVAL_TTL.min(self.policy.approvals.max_ttl),
+            Ceremony::Unfreeze { .. } => cajaguard_core::freeze::UNFREEZE_TTL,
+            Ceremony::Enrol { .. } => cajaguard_core::passkey::enrol::ENROL_TTL,
+            Ceremony::Register { .. } => CEREMONY_TTL,
+        };
+        CEREMONY_TTL.min(terms.saturating_sub(Duration::from_secs(1)))
     }
 
     /// The form a POST names (its nonce and what it stands for) and its WebAuthn response. The
