@@ -494,6 +494,56 @@ fn a_page_loaded_in_a_loop_reads_the_shop_back_once_every_two_seconds() {
     assert_eq!(w.shop_reads(), before + 2, "read again once it is 2 s old");
 }
 
+/// Review finding: the read-back's cache held its lock over the shop's call, so a shop that hung
+/// held up every load of every request's page. Now only that request's read waits; its other
+/// loads are answered at once, saying the shop is being asked.
+#[test]
+fn a_shop_that_hangs_holds_up_no_other_load_of_the_page() {
+    let w = world();
+    let id = blocked(&w);
+    let (entered, reading) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = std::sync::Mutex::new(released);
+    let answer = w.quote.clone();
+    let app = Arc::new(
+        WebApp::new(
+            w.policy.clone(),
+            Arc::clone(&w.store),
+            Box::new(move |_, _| {
+                let _ = entered.send(());
+                let _ = released.lock().unwrap().recv();
+                Ok(answer.clone())
+            }),
+            Box::new(OffsetDateTime::now_utc),
+        )
+        .unwrap(),
+    );
+    let path = format!("/requests/{id}");
+    let hung = {
+        let (app, path) = (Arc::clone(&app), path.clone());
+        std::thread::spawn(move || app.handle(&request("GET", &path, None)))
+    };
+    reading.recv().unwrap();
+    // On a thread of its own, so that a load held up fails the test instead of hanging it.
+    let (answered, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = answered.send(app.handle(&request("GET", &path, None)));
+    });
+    let meanwhile = answer
+        .recv_timeout(Duration::from_secs(10))
+        .expect("another load of the page waited for the hung read-back");
+    assert_eq!(meanwhile.status, 200, "{}", meanwhile.body);
+    assert!(
+        meanwhile
+            .body
+            .contains("being asked for this checkout already"),
+        "{}",
+        meanwhile.body
+    );
+    release.send(()).unwrap();
+    assert_eq!(hung.join().unwrap().status, 200);
+}
+
 /// Another site's page cannot make the page read the shop, checkpoint the log or issue
 /// ceremonies (an image or a fetch pointed at it: 260 of them used up the ceremonies so the
 /// human's open form failed). A link the human follows from another site still opens it.

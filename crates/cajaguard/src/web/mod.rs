@@ -81,11 +81,13 @@ const APPROVAL_TTL: Duration = Duration::from_secs(15 * 60);
 const REREAD_FRESH_FOR: time::Duration = time::Duration::seconds(2);
 /// The most read-backs kept at once (one per request shown in the last [`REREAD_FRESH_FOR`]).
 const MAX_REREADS_KEPT: usize = 64;
+/// A read-back still under way after this long is taken for lost (its thread panicked, say).
+const READING_AT_MOST: time::Duration = time::Duration::minutes(5);
 
 /// Reads a pending request's checkout back from the shop, as `cajaguard approve` does.
 pub type Reread = dyn Fn(&Policy, &PendingRow) -> Result<Quote, String> + Send + Sync;
-/// A request's checkout as read back, and when.
-type ReadBack = (OffsetDateTime, Result<Quote, String>);
+/// A request's checkout as read back and when, or `None` while it is being read (since when).
+type ReadBack = (OffsetDateTime, Option<Result<Quote, String>>);
 /// The clock and the randomness, passed in so tests can fix them.
 pub type Clock = dyn Fn() -> OffsetDateTime + Send + Sync;
 
@@ -198,25 +200,43 @@ impl WebApp {
     }
 
     /// `pending`'s checkout as the shop has it, read back at most once every
-    /// [`REREAD_FRESH_FOR`] per request and one read-back at a time. A read-back is a call on the
-    /// shop's credential, and for a stdio shop a new shop process: a local process loading the
-    /// page in a loop would otherwise make one per load. The page's approve form binds the
-    /// basket the gate recorded, and the gate reads the shop again before paying, so a read-back
-    /// two seconds old misleads no one.
+    /// [`REREAD_FRESH_FOR`] per request, one read-back of a request at a time, at most
+    /// [`MAX_REREADS_KEPT`] requests' at once. A read-back is a call on the shop's credential,
+    /// and for a stdio shop a new shop process: a local process loading the page in a loop would
+    /// otherwise make one per load. The page's approve form binds the basket the gate recorded,
+    /// and the gate reads the shop again before paying, so a read-back two seconds old misleads
+    /// no one. The lock is not held over the shop's call: a shop that hangs holds up only the
+    /// loads of that request, which are answered at once meanwhile.
     pub(super) fn read_back(&self, id: &RequestId, pending: &PendingRow) -> Result<Quote, String> {
-        let mut kept = self.read_backs.lock().unwrap_or_else(|p| p.into_inner());
-        let now = self.now();
-        let fresh = |at: &OffsetDateTime| *at <= now && now - *at < REREAD_FRESH_FOR;
-        if let Some((at, read)) = kept.get(id)
-            && fresh(at)
         {
-            return read.clone();
+            let mut kept = self.read_backs.lock().unwrap_or_else(|p| p.into_inner());
+            let now = self.now();
+            let within = |at: &OffsetDateTime, span| *at <= now && now - *at < span;
+            kept.retain(|_, (at, read)| match read {
+                Some(_) => within(at, REREAD_FRESH_FOR),
+                None => within(at, READING_AT_MOST),
+            });
+            match kept.get(id) {
+                Some((_, Some(read))) => return read.clone(),
+                Some((_, None)) => {
+                    return Err(
+                        "the shop is being asked for this checkout already: reload the page in a moment"
+                            .to_owned(),
+                    );
+                }
+                None if kept.len() >= MAX_REREADS_KEPT => {
+                    return Err(
+                        "the page is reading many checkouts back at once: reload it in a moment"
+                            .to_owned(),
+                    );
+                }
+                None => {}
+            }
+            kept.insert(id.clone(), (now, None));
         }
         let read = (self.reread)(&self.policy, pending);
-        kept.retain(|_, (at, _)| fresh(at));
-        if kept.len() < MAX_REREADS_KEPT {
-            kept.insert(id.clone(), (now, read.clone()));
-        }
+        let mut kept = self.read_backs.lock().unwrap_or_else(|p| p.into_inner());
+        kept.insert(id.clone(), (self.now(), Some(read.clone())));
         read
     }
 
