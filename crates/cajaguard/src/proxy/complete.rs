@@ -308,8 +308,9 @@ impl Proxy {
             },
             Ok(Reply::Error(_)) => Heard::Refused,
             // The shop lost the session: it says it did not take the request, but the bytes were
-            // written (twice, with the resend on a new session), so a fresh read confirms it
-            // before anything is released.
+            // written (once or twice: the resend on a new session goes out only within the
+            // shop's timeout of the reservation), so a fresh read confirms it before anything is
+            // released.
             Err(ShopError::SessionExpired) => Heard::Refused,
             Err(e) if e.never_sent() => Heard::NotSent,
             // A status that says the request was not taken (401/403): a refusal, confirmed by a

@@ -349,8 +349,9 @@ impl super::Store {
         // The log only grows: at the size of the last checkpoint made durable here, nothing was
         // appended since, and that checkpoint, with every record it covers, is on disk already.
         // Taken again it cost a write transaction and a sync each time, and every new form of
-        // the approval page takes one. A checkpoint in passing of the same size is not durable,
-        // so it is never what this hands out.
+        // the approval page takes one. A checkpoint written in passing is never cached here: the
+        // write below hands out the latest checkpoint if the log did not grow since (one written
+        // in passing, say), and makes it durable first.
         let durable = || {
             self.durable_checkpoint
                 .lock()

@@ -57,12 +57,12 @@ pub enum ShopError {
     /// process the request. `Shop::request` re-initializes and resends once.
     #[error("the shop forgot the MCP session (HTTP 404) twice in a row; it was not processed")]
     SessionExpired,
-    /// A payment not sent because reaching the shop (a new connection and its handshake) took
-    /// longer than the shop's timeout since the gate reserved it: past that, reconciliation may
-    /// take the reservation for a payment that never came and release it.
+    /// A payment not sent because the gate's turn and reaching the shop (a new connection and
+    /// its handshake) took longer than the shop's timeout: past that, reconciliation may take the
+    /// reservation for a payment that never came and release it.
     #[error(
-        "the payment was not sent: reaching the shop took longer than its timeout ({0:?}) after the \
-         gate reserved it; nothing was paid, ask again"
+        "the payment was not sent: the gate and reaching the shop took longer than the shop's \
+         timeout ({0:?}); nothing was paid, ask again"
     )]
     TooLateToSend(Duration),
 }

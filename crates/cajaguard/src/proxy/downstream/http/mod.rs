@@ -49,7 +49,8 @@ pub struct HttpLink {
 enum Posted {
     Answer(Reply),
     Accepted,
-    /// 429 or 503: the shop did not take the message, and may say when to come back.
+    /// 429 or 503: the shop (or a gateway in front of it) is busy, and may say when to come back.
+    /// A read is retried; a write's outcome is unknown (a gateway may have passed it on).
     Throttled {
         status: u16,
         retry_after: Option<Duration>,
