@@ -845,6 +845,45 @@ fn past_the_cap_new_forms_are_refused_and_open_ones_kept() {
     assert_eq!(r.status, 200, "{}", r.body);
 }
 
+/// Review finding: with every form taken (loads of many requests' pages, say), a request's page
+/// and the status page failed whole (503). They are shown without the new form now, saying why
+/// and how to decide on the terminal.
+#[test]
+fn with_every_form_taken_a_request_page_still_shows_without_its_buttons() {
+    let w = world();
+    let auth = SoftAuthenticator::es256();
+    assert_eq!(register(&w, &auth).status, 200);
+    let id = blocked(&w);
+    let now = OffsetDateTime::now_utc();
+    for n in 0..256u32 {
+        let token = hex::encode(link_token(n));
+        w.store
+            .create_registration_link(&token, "laptop", now, &AuditRecord::new(now, "cli"))
+            .unwrap();
+        assert_eq!(
+            get(&w, &format!("/passkeys/register?token={token}")).status,
+            200
+        );
+    }
+    let page = get(&w, &format!("/requests/{id}"));
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("Too many forms are open"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains(&format!("cajaguard approve {id}")));
+    assert!(!page.body.contains("id=\"cg-approve\""), "{}", page.body);
+    freeze(&w);
+    let status = get(&w, "/status");
+    assert_eq!(status.status, 200, "{}", status.body);
+    assert!(
+        !status.body.contains("id=\"cg-unfreeze\""),
+        "{}",
+        status.body
+    );
+}
+
 /// A registration link's token, one for each `n`.
 fn link_token(n: u32) -> [u8; 32] {
     let mut token = [0xa5u8; 32];

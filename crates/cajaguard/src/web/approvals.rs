@@ -75,6 +75,7 @@ impl WebApp {
         // Approve is offered only for the basket the gate recorded, as the shop still has it;
         // deny is always offered (refusing fails closed).
         let mut ceremonies = Vec::new();
+        let mut forms_full = false;
         let decisions: &[Decision] = if differs || decided {
             &[Decision::Deny]
         } else {
@@ -84,14 +85,16 @@ impl WebApp {
             for decision in decisions {
                 // The request id names the basket, so the form open for it still stands for
                 // what this page shows.
-                let (nonce, challenge) =
-                    self.issue_for(Purpose::Decide(id.clone(), *decision), || {
-                        Ok(Ceremony::Decide {
-                            request_id: id.clone(),
-                            terms: self.terms(&pending, *decision, now)?,
-                        })
-                    })?;
-                ceremonies.push((*decision, nonce, challenge));
+                let issued = self.issue_for(Purpose::Decide(id.clone(), *decision), || {
+                    Ok(Ceremony::Decide {
+                        request_id: id.clone(),
+                        terms: self.terms(&pending, *decision, now)?,
+                    })
+                })?;
+                match issued {
+                    Some((nonce, challenge)) => ceremonies.push((*decision, nonce, challenge)),
+                    None => forms_full = true,
+                }
             }
         }
         html::request(&html::RequestView {
@@ -101,6 +104,7 @@ impl WebApp {
             differs,
             decided,
             ceremonies: &ceremonies,
+            forms_full,
             passkeys: &rows,
             rp_id: self.rp.rp_id(),
         })

@@ -94,11 +94,14 @@ impl WebApp {
     /// such a loop takes no room at all, and no form is ever dropped to make room for another
     /// ([`WebApp::keep`]). Every load of a page shows the same nonce, so a process can read it;
     /// that is why a POST uses a form up only once its answer verified ([`WebApp::posted`]).
+    ///
+    /// `Ok(None)` when a new form was needed and [`MAX_CEREMONIES`] are open: the page is shown
+    /// without it (so that one filled by loads of many requests' pages still shows the others).
     pub(super) fn issue_for(
         &self,
         purpose: Purpose,
         make: impl FnOnce() -> Result<Ceremony, Response>,
-    ) -> Result<(String, String), Response> {
+    ) -> Result<Option<(String, String)>, Response> {
         let open = {
             let now = self.now();
             let issued = self.ceremonies.lock().unwrap_or_else(|p| p.into_inner());
@@ -107,26 +110,35 @@ impl WebApp {
         let (nonce, ceremony) = match open {
             Some(open) => open,
             // Made outside the lock: a decision's terms take a checkpoint from the store.
-            None => self.keep(make()?, Some(purpose))?,
+            None => match self.keep(make()?, Some(purpose))? {
+                Some(kept) => kept,
+                None => return Ok(None),
+            },
         };
         let challenge = ceremony
             .assertion_challenge()
             .ok_or_else(|| Response::text(500, "this form has no challenge; nothing was issued"))?;
-        Ok((nonce, challenge))
+        Ok(Some((nonce, challenge)))
     }
 
     /// Keeps `ceremony`, made once, under a fresh nonce.
     pub(super) fn issue(&self, ceremony: Ceremony) -> Result<String, Response> {
-        self.keep(ceremony, None).map(|(nonce, _)| nonce)
+        match self.keep(ceremony, None)? {
+            Some((nonce, _)) => Ok(nonce),
+            None => Err(Response::text(
+                503,
+                "too many forms are open on this page: use one already open, or try again in a few minutes (each lasts 5)",
+            )),
+        }
     }
 
     /// Keeps `ceremony` under a fresh nonce, dropping expired forms; past [`MAX_CEREMONIES`] open
-    /// ones, refuses rather than drop one a human may be about to use.
+    /// ones, keeps nothing (`None`) rather than drop one a human may be about to use.
     fn keep(
         &self,
         ceremony: Ceremony,
         purpose: Option<Purpose>,
-    ) -> Result<(String, Ceremony), Response> {
+    ) -> Result<Option<(String, Ceremony)>, Response> {
         let nonce = hex::encode(random::<16>()?);
         let now = self.now();
         let mut issued = self.ceremonies.lock().unwrap_or_else(|p| p.into_inner());
@@ -135,13 +147,10 @@ impl WebApp {
         if let Some(purpose) = &purpose
             && let Some(open) = open_for(&issued, purpose, now)
         {
-            return Ok(open);
+            return Ok(Some(open));
         }
         if issued.len() >= MAX_CEREMONIES {
-            return Err(Response::text(
-                503,
-                "too many forms are open on this page: use one already open, or try again in a few minutes (each lasts 5)",
-            ));
+            return Ok(None);
         }
         let lifetime = self.form_lifetime(&ceremony);
         issued.insert(
@@ -153,7 +162,7 @@ impl WebApp {
                 purpose,
             },
         );
-        Ok((nonce, ceremony))
+        Ok(Some((nonce, ceremony)))
     }
 
     /// How long a form is open: [`CEREMONY_TTL`], or less when what it signs expires sooner (an

@@ -193,6 +193,8 @@ pub(super) struct RequestView<'a> {
     pub decided: bool,
     /// (decision, nonce, challenge) of each ceremony issued with the page.
     pub ceremonies: &'a [(Decision, String, String)],
+    /// A form could not be issued: too many are open.
+    pub forms_full: bool,
     pub passkeys: &'a [PasskeyRow],
     pub rp_id: &'a str,
 }
@@ -311,6 +313,14 @@ pub(super) fn request(v: &RequestView<'_>) -> Result<Response, Response> {
                 "<button class=\"{key}\" data-ceremony=\"{key}\" id=\"cg-{key}\">{label}</button>"
             );
         }
+    }
+    if v.forms_full {
+        let _ = write!(
+            body,
+            "<p>Too many forms are open on this page right now (something may be loading pages in a loop): try again in a few minutes, or decide on the terminal with <code>cajaguard approve {} --config {}</code>.</p>",
+            text(v.pending.request.request_id.as_str()),
+            text(&v.policy.source.display().to_string())
+        );
     }
     body.push_str("<p id=\"cg-message\"></p></div>");
     let ceremonies: serde_json::Map<String, Value> = v

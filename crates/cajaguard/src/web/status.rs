@@ -12,8 +12,9 @@ impl WebApp {
         let (rows, _) = self.registry()?;
         // Unfreezing is offered with a passkey whatever approvals.require says: a passkey is the
         // human at the machine, as the approver key on the terminal is (SPEC §7).
+        // No form when too many are open: the page still shows the freeze and the command.
         let ceremony = match frozen {
-            Some(frozen) if !rows.is_empty() => Some(
+            Some(frozen) if !rows.is_empty() => {
                 // By the freeze's stamp: a form open for an earlier freeze lifts nothing.
                 self.issue_for(Purpose::Unfreeze(frozen.stamp()), || {
                     let terms = PasskeyUnfreezeTerms::new(
@@ -24,8 +25,8 @@ impl WebApp {
                         None,
                     );
                     Ok(Ceremony::Unfreeze { frozen, terms })
-                })?,
-            ),
+                })?
+            }
             _ => None,
         };
         let recent = self
