@@ -149,6 +149,22 @@ fn world_on(
     }
 }
 
+/// The passkey page on a clock the test moves by hand (starting now), approvals lasting at most
+/// `max_ttl_minutes`.
+fn world_on_a_hand_clock(
+    max_ttl_minutes: Option<u64>,
+) -> (World, Arc<std::sync::Mutex<OffsetDateTime>>) {
+    let now = Arc::new(std::sync::Mutex::new(OffsetDateTime::now_utc()));
+    let clock = Arc::clone(&now);
+    let w = world_on(
+        "passkey",
+        None,
+        Box::new(move || *clock.lock().unwrap()),
+        max_ttl_minutes,
+    );
+    (w, now)
+}
+
 fn world() -> World {
     world_with("passkey", None)
 }
@@ -475,14 +491,7 @@ fn the_page_shows_where_the_goods_go_and_what_pays() {
 /// (each read-back is a call on the shop's credential; with a stdio shop, a new shop process).
 #[test]
 fn a_page_loaded_in_a_loop_reads_the_shop_back_once_every_two_seconds() {
-    let now = Arc::new(std::sync::Mutex::new(OffsetDateTime::now_utc()));
-    let clock = Arc::clone(&now);
-    let w = world_on(
-        "passkey",
-        None,
-        Box::new(move || *clock.lock().unwrap()),
-        None,
-    );
+    let (w, now) = world_on_a_hand_clock(None);
     let id = blocked(&w);
     let before = w.shop_reads();
     for _ in 0..50 {
@@ -785,14 +794,7 @@ fn loading_the_pages_in_a_loop_leaves_the_humans_open_forms_usable() {
 /// than what it signs.
 #[test]
 fn a_page_never_hands_out_a_form_whose_approval_has_expired() {
-    let now = Arc::new(std::sync::Mutex::new(OffsetDateTime::now_utc()));
-    let clock = Arc::clone(&now);
-    let w = world_on(
-        "passkey",
-        None,
-        Box::new(move || *clock.lock().unwrap()),
-        Some(1),
-    );
+    let (w, now) = world_on_a_hand_clock(Some(1));
     let mut auth = SoftAuthenticator::es256();
     assert_eq!(register(&w, &auth).status, 200);
     let id = blocked(&w);
