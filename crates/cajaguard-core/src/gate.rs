@@ -44,12 +44,17 @@ pub fn tripwire_ruling(policy: &Policy, args: &serde_json::Value) -> Option<Ruli
 }
 
 /// The tripwire on the whole `params` of a request or notification bound for the shop (SPEC §5:
-/// `arguments`, `_meta` and every other member): `None` when clean or in live mode.
-pub fn tripwire_params_ruling(policy: &Policy, params: &serde_json::Value) -> Option<Ruling> {
+/// `arguments`, `_meta` and every other member), parsed from the JSON text `raw`, which is what
+/// the shop gets: `None` when clean or in live mode.
+pub fn tripwire_params_ruling(
+    policy: &Policy,
+    raw: &str,
+    params: &serde_json::Value,
+) -> Option<Ruling> {
     if policy.mode != Mode::Test {
         return None;
     }
-    tripwire::scan_params(&policy.test_mode, params).map(|hit| tripwire_refusal(&hit))
+    tripwire::scan_params_text(&policy.test_mode, raw, params).map(|hit| tripwire_refusal(&hit))
 }
 
 fn tripwire_refusal(hit: &tripwire::Hit) -> Ruling {

@@ -170,6 +170,41 @@ fn a_duplicate_key_on_any_forwarded_call_is_refused() {
     assert_eq!(world.shop_calls().len(), before);
 }
 
+/// Red-team finding: a card number written as a number with a fraction or an exponent was parsed
+/// as an `f64`, rounded past 2^53 to digits that fail Luhn, and forwarded as the agent wrote it:
+/// a shop reading numbers exactly got the card. It is read from the text now.
+#[test]
+fn a_card_written_as_a_decimal_or_an_exponent_is_refused_before_the_shop() {
+    let world = World::new();
+    let mut mcp = world.proxy();
+    let before = world.shop_calls().len();
+    for (id, params) in [
+        (
+            1,
+            r#"{"name":"search_catalog","arguments":{"query":"socks","pan":4000000000000000006.0}}"#,
+        ),
+        (
+            2,
+            r#"{"name":"search_catalog","arguments":{"query":"socks"},"_meta":{"n":4000000000000000006e0}}"#,
+        ),
+        (
+            3,
+            r#"{"name":"get_checkout","arguments":{"id":"gid://fixture/Checkout/1","meta":{"x":[9792000000000003.0]}}}"#,
+        ),
+    ] {
+        mcp.send_line(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#
+        ));
+        let answer = mcp.answer_to(id);
+        assert_eq!(
+            refusal_reason(&answer),
+            "test_mode_credential",
+            "{params}: {answer}"
+        );
+    }
+    assert_eq!(world.shop_calls().len(), before);
+}
+
 /// A cancellation is forwarded to the shop (with the proxy's request id), so its `params` are
 /// scanned like a call's: one whose reason holds a card number is dropped, a clean one goes.
 #[test]

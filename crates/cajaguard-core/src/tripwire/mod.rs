@@ -15,6 +15,7 @@
 
 mod cards;
 mod normalise;
+mod numbers;
 mod secrets;
 
 use serde_json::{Map, Value};
@@ -88,6 +89,19 @@ pub fn scan(policy: &TestModePolicy, args: &Value) -> Option<Hit> {
 /// `$.arguments...`, `$._meta...`). The first hit in document order.
 pub fn scan_params(policy: &TestModePolicy, params: &Value) -> Option<Hit> {
     Walker::new(policy, Root::Params).run(params)
+}
+
+/// [`scan_params`] on `params` as parsed from the JSON text `raw`, plus the numbers of `raw` that
+/// parsing rounded: one written with a fraction or an exponent whose whole value is a card
+/// number (`4000000000000000006.0` parses as an `f64` that is not, while a shop reading numbers
+/// exactly gets the card).
+pub fn scan_params_text(policy: &TestModePolicy, raw: &str, params: &Value) -> Option<Hit> {
+    scan_params(policy, params).or_else(|| {
+        numbers::inexact_number_is_card(raw).then(|| Hit {
+            path: "$ (a number written with a fraction or an exponent)".to_owned(),
+            rule: Rule::CardNumber,
+        })
+    })
 }
 
 /// True when `text`, in any of its forms, holds a card number.

@@ -438,7 +438,7 @@ impl Proxy {
                 ));
             }
         }
-        gate::tripwire_params_ruling(&self.policy, whole)
+        gate::tripwire_params_ruling(&self.policy, params.get(), whole)
     }
 
     fn shop_offers(&self, name: &str) -> bool {
