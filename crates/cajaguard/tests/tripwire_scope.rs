@@ -285,3 +285,50 @@ fn cancellations_reach_the_shop_once_and_never_for_a_payment() {
         .collect();
     assert_eq!(cancellations.len(), 1, "{cancellations:?}");
 }
+
+/// Red-team finding: a second call reusing the id of a payment in flight replaced the payment's
+/// state, so a cancellation naming that id was forwarded to the shop as the payment's. A call
+/// whose id is still in flight is refused now, and the payment is never cancelled at the shop.
+#[test]
+fn a_call_reusing_a_payments_id_in_flight_is_refused_and_cannot_cancel_it() {
+    let ready = ready_checkout("gid://fixture/Checkout/1");
+    let mut completed = ready.clone();
+    completed["status"] = json!("completed");
+    let world = World::with_test_shop(json!({"on": {
+        "get_checkout": [{"checkout": ready}],
+        "complete_checkout": [{"checkout": completed, "delay_ms": 800}],
+    }}));
+    let mut mcp = world.proxy();
+    let arguments = Mcp::complete_arguments("gid://fixture/Checkout/1", &uuid());
+    mcp.send_line(
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": "complete_checkout", "arguments": arguments}})
+        .to_string(),
+    );
+    world.wait_for_test_shop_line("complete_checkout");
+    mcp.send_line(
+        r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"search_catalog","arguments":{"query":"socks"}}}"#,
+    );
+    let refused = mcp.answer_to(7);
+    assert_eq!(refused["error"]["code"], json!(-32600), "{refused}");
+    assert!(refused.to_string().contains("still in flight"), "{refused}");
+    mcp.notify("notifications/cancelled", json!({"requestId": 7}));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while usd_spend(&world) != (2400, 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            usd_spend(&world)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let lines = world.test_shop_lines();
+    assert!(
+        !lines.iter().any(|l| l.contains("notifications/cancelled")),
+        "{lines:?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("search_catalog")),
+        "{lines:?}"
+    );
+}

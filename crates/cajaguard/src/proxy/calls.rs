@@ -41,7 +41,24 @@ impl Proxy {
             ));
             return;
         }
-        lock(&self.calls).insert(jsonrpc::id_key(&id), CallState::default());
+        {
+            // An id still in flight names that call: taking it again would replace the call's
+            // state (a payment's mark among it), so a cancellation sent for the second could then
+            // cancel the payment at the shop, and two answers would claim one id.
+            let mut calls = lock(&self.calls);
+            let key = jsonrpc::id_key(&id);
+            if calls.contains_key(&key) {
+                drop(calls);
+                self.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
+                self.send(&jsonrpc::error(
+                    Some(&id),
+                    jsonrpc::INVALID_REQUEST,
+                    "a call with this id is still in flight; CajaGuard refused this one: give each request an id of its own",
+                ));
+                return;
+            }
+            calls.insert(key, CallState::default());
+        }
         let params = envelope.params;
         if calls_on == CallsOn::ThisThread {
             // The caller's thread is this message's anyway; starting another (and waking it, and
