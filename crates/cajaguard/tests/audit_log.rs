@@ -224,6 +224,41 @@ fn a_truncated_tail_is_named_through_an_approvals_checkpoint(kind: Kind) {
     assert_eq!(record_range(found), (15, 15));
 }
 
+/// Red-team finding: cut the tail, then change a byte of the approval that remembers it, and the
+/// approval was only skipped as "not signed by a trusted key": verify passed. An approval naming a
+/// key that is still trusted, whose signature fails, is evidence now.
+fn a_truncated_tail_is_found_though_its_approval_was_edited(kind: Kind) {
+    let Some(fx) = open(kind) else { return };
+    let (key, trusted) = key();
+    fx.write(18);
+    fx.approve_now(&key, 2);
+    fx.write(2);
+    fx.sql(
+        "DELETE FROM audit WHERE log_index >= 15;
+         UPDATE audit_log SET size = 15;
+         DELETE FROM audit_checkpoints WHERE tree_size > 15;",
+    );
+    match kind {
+        Kind::Sqlite => {
+            let dir = fx.tmp.path().join("home").join("approvals");
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                let text = std::fs::read_to_string(&path).unwrap();
+                assert!(text.contains("chk_approved"), "{text}");
+                std::fs::write(&path, text.replace("chk_approved", "chk_approvex")).unwrap();
+            }
+        }
+        Kind::Postgres => fx.sql(
+            "UPDATE approvals SET document = replace(document, 'chk_approved', 'chk_approvex');",
+        ),
+    }
+    let found = fx.verify(&trusted).unwrap_err();
+    assert!(
+        found.to_string().contains("changed after it was signed"),
+        "{found}"
+    );
+}
+
 fn a_history_rewritten_and_resigned_is_found_through_an_approvals_checkpoint(kind: Kind) {
     let Some(fx) = open(kind) else { return };
     let (key, trusted) = key();
@@ -540,6 +575,7 @@ both_backends!(
     two_swapped_records_are_named,
     a_row_inserted_around_the_log_is_found,
     a_truncated_tail_is_named_through_an_approvals_checkpoint,
+    a_truncated_tail_is_found_though_its_approval_was_edited,
     a_history_rewritten_and_resigned_is_found_through_an_approvals_checkpoint,
     a_proof_of_a_record_verifies_offline,
     rows_written_before_the_log_are_adopted_in_order,

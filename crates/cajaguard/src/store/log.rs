@@ -415,6 +415,16 @@ impl super::Store {
                     checkpoint: checkpoint.clone(),
                     kept_by_human: false,
                 });
+            } else if trusted.0.iter().any(|k| k.key_id() == doc.key_id) {
+                // Signed under a key still trusted, yet the signature fails: the document was
+                // changed after it was signed (to drop the anchor it holds, say). A key no
+                // longer trusted (rotated out) is only a note below.
+                return Ok(Err(audit_log::Tampering::Checkpoint {
+                    source,
+                    what: "its signature does not verify under the trusted key it names: it was \
+                           changed after it was signed"
+                        .to_owned(),
+                }));
             } else {
                 skipped.push(format!(
                     "{source}: not signed by a key in approvals.trusted_keys"
@@ -449,6 +459,20 @@ impl super::Store {
                         checkpoint: checkpoint.clone(),
                         kept_by_human: false,
                     });
+                }
+                // Made by a passkey still registered, yet its assertion fails: changed after it
+                // was made (a removed passkey's is only a note).
+                Some(_)
+                    if registered
+                        .iter()
+                        .any(|p| p.credential_id == doc.assertion.credential_id) =>
+                {
+                    return Ok(Err(audit_log::Tampering::Checkpoint {
+                        source,
+                        what: "its assertion does not verify under the registered passkey it \
+                               names: it was changed after it was made"
+                            .to_owned(),
+                    }));
                 }
                 Some(_) => skipped.push(format!(
                     "{source}: its assertion does not verify under a registered passkey"
