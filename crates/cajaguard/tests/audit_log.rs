@@ -206,19 +206,24 @@ fn a_row_inserted_around_the_log_is_found(kind: Kind) {
     assert!(found.to_string().contains("no place in the log"), "{found}");
 }
 
-fn a_truncated_tail_is_named_through_an_approvals_checkpoint(kind: Kind) {
-    let Some(fx) = open(kind) else { return };
-    let (key, trusted) = key();
+/// 20 records with an approval committing to the first 18, then the tail, the head row and the
+/// stored checkpoints cut back to 15 together: only the approval, which the human signed,
+/// remembers that the log was longer.
+fn approved_then_cut_to_15(fx: &Fixture, key: &SigningKey) {
     fx.write(18);
-    fx.approve_now(&key, 2);
+    fx.approve_now(key, 2);
     fx.write(2);
-    // The tail, the head row and the stored checkpoints cut back together: only the approval,
-    // which the human signed, remembers that the log was longer.
     fx.sql(
         "DELETE FROM audit WHERE log_index >= 15;
          UPDATE audit_log SET size = 15;
          DELETE FROM audit_checkpoints WHERE tree_size > 15;",
     );
+}
+
+fn a_truncated_tail_is_named_through_an_approvals_checkpoint(kind: Kind) {
+    let Some(fx) = open(kind) else { return };
+    let (key, trusted) = key();
+    approved_then_cut_to_15(&fx, &key);
     let found = fx.verify(&trusted).unwrap_err();
     assert!(found.to_string().contains("approval"), "{found}");
     assert_eq!(record_range(found), (15, 15));
@@ -230,14 +235,7 @@ fn a_truncated_tail_is_named_through_an_approvals_checkpoint(kind: Kind) {
 fn a_truncated_tail_is_found_though_its_approval_was_edited(kind: Kind) {
     let Some(fx) = open(kind) else { return };
     let (key, trusted) = key();
-    fx.write(18);
-    fx.approve_now(&key, 2);
-    fx.write(2);
-    fx.sql(
-        "DELETE FROM audit WHERE log_index >= 15;
-         UPDATE audit_log SET size = 15;
-         DELETE FROM audit_checkpoints WHERE tree_size > 15;",
-    );
+    approved_then_cut_to_15(&fx, &key);
     match kind {
         Kind::Sqlite => {
             let dir = fx.tmp.path().join("home").join("approvals");

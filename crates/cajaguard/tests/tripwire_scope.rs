@@ -269,15 +269,7 @@ fn cancellations_reach_the_shop_once_and_never_for_a_payment() {
     world.wait_for_test_shop_line("complete_checkout");
     mcp.notify("notifications/cancelled", json!({"requestId": payment}));
     // The payment's answer comes 0.8 s later, and is settled.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while usd_spend(&world) != (2400, 0) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{:?}",
-            usd_spend(&world)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    settled_within_10_s(&world, (2400, 0));
     let cancellations: Vec<String> = world
         .test_shop_lines()
         .into_iter()
@@ -313,15 +305,7 @@ fn a_call_reusing_a_payments_id_in_flight_is_refused_and_cannot_cancel_it() {
     assert_eq!(refused["error"]["code"], json!(-32600), "{refused}");
     assert!(refused.to_string().contains("still in flight"), "{refused}");
     mcp.notify("notifications/cancelled", json!({"requestId": 7}));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while usd_spend(&world) != (2400, 0) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{:?}",
-            usd_spend(&world)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    settled_within_10_s(&world, (2400, 0));
     let lines = world.test_shop_lines();
     assert!(
         !lines.iter().any(|l| l.contains("notifications/cancelled")),
@@ -331,4 +315,17 @@ fn a_call_reusing_a_payments_id_in_flight_is_refused_and_cannot_cancel_it() {
         !lines.iter().any(|l| l.contains("search_catalog")),
         "{lines:?}"
     );
+}
+
+/// Waits until the store counts `spend` (settled, in flight) in USD, for at most 10 s.
+fn settled_within_10_s(world: &World, spend: (i64, i64)) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while usd_spend(world) != spend {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            usd_spend(world)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
